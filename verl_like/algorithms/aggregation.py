@@ -43,7 +43,8 @@ class LossNormalizer:
     loss_agg_mode: one of LOSS_AGG_MODES (config key ``actor.loss_agg_mode`` / ``critic.loss_agg_mode``).
     num_tokens: valid tokens in the whole mini-batch (all micro-batches, all DP ranks).
     num_seqs: sequences with at least one valid token in the whole mini-batch.
-    loss_scale_factor: Dr.GRPO's constant length for ``seq-mean-token-sum-norm`` (``actor.loss_scale_factor``).
+    loss_scale_factor: Dr.GRPO's constant length (``actor.loss_scale_factor``); set for ``seq-mean-token-sum-norm``
+        only, None for the other modes.
     grad_scale: factor on every aggregated loss: the DP size when the engine averages gradients over DP ranks
         (FSDP/DDP default), 1 when it sums them.
     """
@@ -51,15 +52,22 @@ class LossNormalizer:
     loss_agg_mode: str
     num_tokens: float
     num_seqs: float
-    loss_scale_factor: float
+    loss_scale_factor: float | None = None
     grad_scale: float = 1.0
 
     def __post_init__(self) -> None:
         _check_mode(self.loss_agg_mode)
         if self.num_tokens < 0 or self.num_seqs < 0:
             raise ValueError(f"num_tokens={self.num_tokens} and num_seqs={self.num_seqs} must be >= 0")
-        if not self.loss_scale_factor > 0:
-            raise ValueError(f"actor.loss_scale_factor={self.loss_scale_factor} must be > 0")
+        if self.loss_agg_mode == "seq-mean-token-sum-norm":
+            if self.loss_scale_factor is None or not self.loss_scale_factor > 0:
+                raise ValueError(
+                    f"actor.loss_scale_factor={self.loss_scale_factor} must be > 0 for seq-mean-token-sum-norm"
+                )
+        elif self.loss_scale_factor is not None:
+            raise ValueError(
+                f"loss_scale_factor is only used by seq-mean-token-sum-norm, not {self.loss_agg_mode!r}; leave it None"
+            )
         if not self.grad_scale > 0:
             raise ValueError(f"grad_scale={self.grad_scale} must be > 0")
 
@@ -69,7 +77,7 @@ class LossNormalizer:
         if self.loss_agg_mode == "token-mean":
             denom = self.num_tokens
         elif self.loss_agg_mode == "seq-mean-token-sum-norm":
-            denom = self.num_seqs * self.loss_scale_factor
+            denom = self.num_seqs * self.loss_scale_factor  # type: ignore[operator]  # set for this mode
         else:
             denom = self.num_seqs
         return denom if denom > 0 else 1.0  # nothing valid: every summed term is 0 anyway
@@ -90,8 +98,9 @@ class LossNormalizer:
             single DP rank. Required so that a DP caller cannot silently fall back to rank-local counts.
         grad_reduction: how the engine combines gradients across `dp_group`: ``"mean"`` (FSDP/DDP default, the
             loss is scaled by the DP size to undo it) or ``"sum"``.
-        loss_scale_factor: constant for ``seq-mean-token-sum-norm``; default the largest padded response length
-            over the DP group (set it to the generation budget, data.max_response_length, to follow Dr.GRPO).
+        loss_scale_factor: constant for ``seq-mean-token-sum-norm`` (ignored by the other modes); default the
+            largest padded response length over the DP group (set it to the generation budget,
+            data.max_response_length, to follow Dr.GRPO exactly).
         """
         _check_mode(loss_agg_mode)
         if grad_reduction not in GRAD_REDUCTIONS:
@@ -100,19 +109,22 @@ class LossNormalizer:
             raise ValueError(f"response_mask must be (mini_batch, response_len), got {tuple(response_mask.shape)}")
         mask = response_mask.to(torch.float64)
         counts = torch.stack([mask.sum(), (mask.sum(-1) > 0).to(torch.float64).sum()])
+        uses_scale = loss_agg_mode == "seq-mean-token-sum-norm"
         length = torch.tensor(float(response_mask.shape[-1]), dtype=torch.float64, device=mask.device)
         dp_size = 1
         if dp_group is not None:
             dp_size = dist.get_world_size(dp_group)
             dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=dp_group)
-            if loss_agg_mode == "seq-mean-token-sum-norm" and loss_scale_factor is None:
+            if uses_scale and loss_scale_factor is None:
                 dist.all_reduce(length, op=dist.ReduceOp.MAX, group=dp_group)
         num_tokens, num_seqs = counts.tolist()
+        if uses_scale and loss_scale_factor is None:
+            loss_scale_factor = float(length.item())
         return cls(
             loss_agg_mode=loss_agg_mode,
             num_tokens=num_tokens,
             num_seqs=num_seqs,
-            loss_scale_factor=float(length.item()) if loss_scale_factor is None else float(loss_scale_factor),
+            loss_scale_factor=float(loss_scale_factor) if uses_scale else None,
             grad_scale=float(dp_size) if grad_reduction == "mean" else 1.0,
         )
 
@@ -131,16 +143,17 @@ class LossNormalizer:
         """
         if not shard_masks:
             raise ValueError("shard_masks is empty; pass one (mini_batch, response_len) mask per DP rank")
-        per_shard = [cls.for_mini_batch(m, loss_agg_mode, dp_group=None, grad_reduction="sum") for m in shard_masks]
         if grad_reduction not in GRAD_REDUCTIONS:
             raise ValueError(f"grad_reduction={grad_reduction!r} must be one of {GRAD_REDUCTIONS}")
+        per_shard = [cls.for_mini_batch(m, loss_agg_mode, dp_group=None, grad_reduction="sum") for m in shard_masks]
+        uses_scale = loss_agg_mode == "seq-mean-token-sum-norm"
+        if uses_scale and loss_scale_factor is None:
+            loss_scale_factor = float(max(m.shape[-1] for m in shard_masks))
         return cls(
             loss_agg_mode=loss_agg_mode,
             num_tokens=sum(n.num_tokens for n in per_shard),
             num_seqs=sum(n.num_seqs for n in per_shard),
-            loss_scale_factor=float(max(m.shape[-1] for m in shard_masks))
-            if loss_scale_factor is None
-            else float(loss_scale_factor),
+            loss_scale_factor=float(loss_scale_factor) if uses_scale else None,
             grad_scale=float(len(shard_masks)) if grad_reduction == "mean" else 1.0,
         )
 

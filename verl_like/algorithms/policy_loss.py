@@ -1,7 +1,8 @@
 """Policy losses: per-token surrogate -> aggregated scalar loss with metrics, selected by name.
 
 Registered losses share one signature, ``fn(inputs: PolicyLossInputs, *, normalizer, config) -> LossOutput``;
-the loss mode is config key ``actor.policy_loss.loss_mode``. Every loss needs a :class:`LossNormalizer` built for the whole mini-batch.
+the loss mode is config key ``actor.policy_loss.loss_mode``. Every loss needs a :class:`LossNormalizer` built for
+the whole mini-batch.
 """
 
 from __future__ import annotations

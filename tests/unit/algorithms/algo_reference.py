@@ -18,6 +18,17 @@ def devices() -> list[str]:
     return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 
 
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-9, atol: float = 1e-9) -> None:
+    """torch.allclose with the worst difference in the message (torch.testing.assert_close imports
+    torch.distributed.tensor on first use: ~3 s on 2 cores)."""
+    expected = expected.to(device=actual.device, dtype=actual.dtype)
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if not torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=False):
+        diff = (actual - expected).abs().nan_to_num(float("inf"))
+        where = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+        raise AssertionError(f"tensors differ: max abs diff {diff.max().item():.3e} at index {where}")
+
+
 def random_mask(batch: int, length: int, gen: torch.Generator, empty_rows: int = 1, holes: bool = True) -> torch.Tensor:
     """Right-padded response masks with random lengths, optional holes (multi-turn), and `empty_rows` empty rows."""
     mask = torch.zeros(batch, length, dtype=torch.bool)
@@ -42,7 +53,12 @@ def whiten(values: list[list[float]], mask: list[list[bool]]) -> list[list[float
     mean = sum(flat) / n if n else 0.0
     var = sum((x - mean) ** 2 for x in flat) / (n - 1) if n > 1 else 0.0
     scale = 1.0 / math.sqrt(var + WHITEN_EPS)
-    return [[(values[i][t] - mean) * scale if mask[i][t] else 0.0 for t in range(len(values[i]))] for i in range(len(values))]
+    out = [[0.0] * len(row) for row in values]
+    for i in range(len(values)):
+        for t in range(len(values[i])):
+            if mask[i][t]:
+                out[i][t] = (values[i][t] - mean) * scale
+    return out
 
 
 def gae(rewards, values, mask, gamma, lam):

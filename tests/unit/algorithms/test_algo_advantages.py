@@ -22,7 +22,8 @@ def _inputs(seed: int, device: str = "cpu", length: int = LENGTH, batch: int = B
     rewards = torch.randn(batch, length, generator=gen, dtype=torch.float64)
     values = torch.randn(batch, length, generator=gen, dtype=torch.float64)
     # groups of sizes 4, 3, 2, 1, 1, 1 (shuffled), including a singleton and the empty row
-    index = np.array(["a"] * 4 + ["b"] * 3 + ["c"] * 2 + ["d", "e", "f"], dtype=object)[torch.randperm(batch, generator=gen).numpy()]
+    uids = np.array(["a"] * 4 + ["b"] * 3 + ["c"] * 2 + ["d", "e", "f"], dtype=object)
+    index = uids[torch.randperm(batch, generator=gen).numpy()]
     baselines = torch.randn(batch, generator=gen, dtype=torch.float64)
     return rewards.to(device), values.to(device), mask.to(device), index, baselines.to(device)
 
@@ -66,8 +67,8 @@ def test_estimator_matches_loop_reference(name: str, config: AdvantageConfig, de
         )
         exp_adv, exp_ret = _reference(name, rewards, values, mask, index, baselines, config)
         assert adv.dtype == torch.float64 and adv.shape == (BATCH, LENGTH)
-        torch.testing.assert_close(adv.cpu(), torch.tensor(exp_adv, dtype=torch.float64), rtol=1e-9, atol=1e-9)
-        torch.testing.assert_close(ret.cpu(), torch.tensor(exp_ret, dtype=torch.float64), rtol=1e-9, atol=1e-9)
+        ref.assert_close(adv.cpu(), torch.tensor(exp_adv, dtype=torch.float64), rtol=1e-9, atol=1e-9)
+        ref.assert_close(ret.cpu(), torch.tensor(exp_ret, dtype=torch.float64), rtol=1e-9, atol=1e-9)
         assert not bool(adv[~mask].any()) and not bool(ret[~mask].any()), "padding must be zero"
 
 
@@ -106,8 +107,8 @@ def test_grpo_std_normalisation_and_dr_grpo_differ_by_the_std() -> None:
         "grpo", token_level_rewards=rewards, response_mask=mask,
         config=AdvantageConfig(norm_adv_by_std_in_grpo=False), index=index,
     )
-    torch.testing.assert_close(dr[:, 0], torch.tensor([-1 / 3, -4 / 3, 5 / 3]))
-    torch.testing.assert_close(grpo * (torch.tensor([1.0, 0.0, 3.0]).std() + 1e-6), dr)
+    ref.assert_close(dr[:, 0], torch.tensor([-1 / 3, -4 / 3, 5 / 3]), rtol=1e-6, atol=1e-6)
+    ref.assert_close(grpo * (torch.tensor([1.0, 0.0, 3.0]).std() + 1e-6), dr, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ADVANTAGE_ESTIMATORS.names())
@@ -126,8 +127,8 @@ def test_long_sequences_match_reference(name: str) -> None:
     config = AdvantageConfig(gamma=0.999, lam=0.97)
     adv, ret = _adv(name, token_level_rewards=rewards, response_mask=mask, config=config, values=values)
     exp_adv, exp_ret = _reference(name, rewards, values, mask, index, baselines, config)
-    torch.testing.assert_close(adv, torch.tensor(exp_adv, dtype=torch.float64), rtol=1e-8, atol=1e-8)
-    torch.testing.assert_close(ret, torch.tensor(exp_ret, dtype=torch.float64), rtol=1e-8, atol=1e-8)
+    ref.assert_close(adv, torch.tensor(exp_adv, dtype=torch.float64), rtol=1e-8, atol=1e-8)
+    ref.assert_close(ret, torch.tensor(exp_ret, dtype=torch.float64), rtol=1e-8, atol=1e-8)
 
 
 def test_gae_skips_masked_tokens_in_the_middle() -> None:
@@ -136,9 +137,9 @@ def test_gae_skips_masked_tokens_in_the_middle() -> None:
     values = torch.tensor([[0.5, 9.0, 9.0, 0.25]], dtype=torch.float64)
     mask = torch.tensor([[1, 0, 0, 1]])
     _, returns = _adv(
-        "gae", token_level_rewards=rewards, response_mask=mask, config=AdvantageConfig(gamma=0.5, lam=1.0), values=values
+        "gae", AdvantageConfig(gamma=0.5, lam=1.0), token_level_rewards=rewards, response_mask=mask, values=values
     )
-    torch.testing.assert_close(returns, torch.tensor([[0.5, 0.0, 0.0, 1.0]], dtype=torch.float64))
+    ref.assert_close(returns, torch.tensor([[0.5, 0.0, 0.0, 1.0]], dtype=torch.float64))
 
 
 @pytest.mark.parametrize(
