@@ -246,3 +246,18 @@ def overlong_penalty(length, max_len, buffer_len, factor):
     if length <= max_len:
         return (expected - length) / buffer_len * factor
     return -factor
+
+
+def ppo_clip_token_grad(lp, old, adv, low, high, c):
+    """d(per-token PPO loss)/d(log pi): -A r on the unclipped branch, 0 where a clip bound is active."""
+    log_ratio = lp - old
+    if abs(log_ratio) > 20.0:
+        return 0.0  # the log-ratio clamp is active
+    ratio = math.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * min(max(ratio, 1 - low), 1 + high)
+    if c is not None and adv < 0 and max(unclipped, clipped) > -adv * c:
+        return 0.0  # dual-clip constant
+    if unclipped >= clipped:
+        return -adv * ratio
+    return 0.0
