@@ -56,17 +56,19 @@ CHAT_TEMPLATE = (
 )
 
 _SPEC_FILE = "verl_like_tiny_spec.json"
+# vLLM's CPU attention kernel refuses other head sizes ("Unsupported CPU attention configuration: head_dim=16").
+_VLLM_CPU_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256})
 
 
 @dataclass(frozen=True)
 class TinyModelSpec:
     """Shape of the tiny Qwen2 model; `seed` fixes its random initial weights."""
 
-    hidden_size: int = 64
+    hidden_size: int = 128
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    intermediate_size: int = 128
+    intermediate_size: int = 256
     max_position_embeddings: int = 512
     tie_word_embeddings: bool = False
     torch_dtype: str = "float32"
@@ -76,6 +78,12 @@ class TinyModelSpec:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
+            )
+        head_dim = self.hidden_size // self.num_attention_heads
+        if head_dim not in _VLLM_CPU_HEAD_DIMS:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} / num_attention_heads={self.num_attention_heads} gives head_dim="
+                f"{head_dim}; vLLM's CPU attention supports only {sorted(_VLLM_CPU_HEAD_DIMS)}"
             )
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(

@@ -117,6 +117,7 @@ def test_build_is_idempotent_and_rebuilds_on_spec_change(model_dir):
     assert weights.stat().st_mtime_ns == mtime
     build_tiny_model(model_dir, TinyModelSpec(intermediate_size=96))
     assert AutoConfig.from_pretrained(model_dir).intermediate_size == 96
+    assert AutoConfig.from_pretrained(model_dir).intermediate_size != TinyModelSpec().intermediate_size
     build_tiny_model(model_dir)
     assert AutoConfig.from_pretrained(model_dir).intermediate_size == TinyModelSpec().intermediate_size
     assert json.loads((model_dir / "verl_like_tiny_spec.json").read_text())["hash"] == TinyModelSpec().spec_hash()
@@ -131,6 +132,8 @@ def test_build_refuses_foreign_folder(tmp_path):
 def test_invalid_spec_names_the_field():
     with pytest.raises(ValueError, match="num_key_value_heads=3"):
         TinyModelSpec(num_key_value_heads=3)
+    with pytest.raises(ValueError, match="head_dim=16"):
+        TinyModelSpec(hidden_size=64, num_attention_heads=4)
     with pytest.raises(ValueError, match="torch_dtype='int8'"):
         TinyModelSpec(torch_dtype="int8")
 
