@@ -1,0 +1,29 @@
+"""Plain helpers of the rollout tests: loading the HF reference model and scoring responses with one forward."""
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from verl_like.protocol import DataProto
+from verl_like.rollout.base import SamplingConfig
+from verl_like.rollout.logprobs import sampled_token_log_probs
+
+
+def load_hf_model(model_dir) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def forward_log_probs(model: torch.nn.Module, rollout: DataProto, sampling: SamplingConfig) -> torch.Tensor:
+    """Processed log-probs of `responses` from one HF forward over prompt+response, 0 where masked.
+
+    (batch*n, response_len)
+    """
+    batch = rollout.batch
+    prompt_len = batch["prompts"].shape[1]
+    response_len = batch["responses"].shape[1]
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits
+    response_logits = logits[:, prompt_len - 1 : prompt_len - 1 + response_len]
+    log_probs = sampled_token_log_probs(response_logits, batch["responses"], sampling)
+    return log_probs * batch["response_mask"]

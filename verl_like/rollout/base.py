@@ -1,0 +1,104 @@
+"""The rollout interface every generation backend implements, and the sampling parameters it takes."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from verl_like.protocol import DataProto
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How one `RolloutEngine.generate` call samples.
+
+    Fields:
+        n: samples per prompt; output rows i*n .. i*n+n-1 come from prompt i.
+        temperature: logits are divided by it before top-k/top-p (ignored when `do_sample` is False).
+        top_p: nucleus sampling mass in (0, 1]; 1 keeps every token.
+        top_k: keep the k most likely tokens; None keeps every token.
+        max_tokens: the most tokens generated per sample; also the width of `responses` (response_len).
+        stop_token_ids: extra token ids that end a sample (kept in the response, like eos).
+        seed: makes sampling reproducible for a given batch; None draws fresh randomness.
+        ignore_eos: keep generating past the eos token(s) until `max_tokens` or a stop token.
+        do_sample: False means greedy decoding (argmax); `rollout_log_probs` are then the plain log-softmax.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    max_tokens: int = 32
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False
+    do_sample: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"SamplingConfig.n={self.n} must be >= 1")
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingConfig.max_tokens={self.max_tokens} must be >= 1")
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError(
+                f"SamplingConfig.temperature={self.temperature} must be > 0 when sampling; "
+                "set do_sample=False for greedy decoding"
+            )
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingConfig.top_p={self.top_p} must be in (0, 1]")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"SamplingConfig.top_k={self.top_k} must be >= 1, or None to keep every token")
+        if not all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
+            raise ValueError(f"SamplingConfig.stop_token_ids={self.stop_token_ids} must be a tuple of token ids")
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+
+    @property
+    def greedy(self) -> bool:
+        """True when decoding takes the argmax (no temperature/top-k/top-p)."""
+        return not self.do_sample
+
+
+class RolloutEngine(abc.ABC):
+    """Generates responses for token-id prompts and reports the sampled tokens' log-probs.
+
+    Batch layout (verl's): the input has `input_ids`, `attention_mask`, `position_ids`, each (batch, prompt_len),
+    left-padded. The output has batch*n rows, interleaved (rows i*n .. i*n+n-1 from prompt i; other columns
+    repeated the same way) and holds `prompts` (batch*n, prompt_len), `responses` (batch*n, response_len)
+    right-padded with the pad id, `response_mask` (1 for generated tokens incl. the final eos/stop token),
+    `input_ids` = cat(prompts, responses), `attention_mask`, `position_ids` (continuing after the prompt) and
+    `rollout_log_probs` (batch*n, response_len): log-prob of each sampled token after temperature/top-k/top-p
+    processing, 0 where `response_mask` is 0. meta_info["metrics"] carries generation counts and timings.
+    """
+
+    @abc.abstractmethod
+    def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
+        """Returns the rollout batch for `prompts` (layout in the class docstring)."""
+
+    @abc.abstractmethod
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Loads full (unsharded) tensors under their HF names; consumed as a stream, one tensor at a time."""
+
+    @abc.abstractmethod
+    def sleep(self) -> None:
+        """Frees what the engine can give back between rollouts (KV cache, and weights where configured)."""
+
+    @abc.abstractmethod
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Reverses `sleep`; `tags` (e.g. ["weights"], then ["kv_cache"]) wakes it in stages."""
+
+    @abc.abstractmethod
+    def reset_cache(self) -> None:
+        """Drops cached state computed with older weights (e.g. the prefix cache)."""
+
+    @property
+    @abc.abstractmethod
+    def tp_rank(self) -> int:
+        """This process's rank within the engine's tensor-parallel group."""
+
+    @property
+    @abc.abstractmethod
+    def tp_size(self) -> int:
+        """Number of processes the engine's tensor-parallel group spans."""

@@ -1,0 +1,98 @@
+"""Converts between verl's padded rollout batch layout and the per-sample token lists engines work with."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from verl_like.protocol import DataProto
+from verl_like.rollout.base import SamplingConfig
+
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+def prompt_token_lists(prompts: DataProto) -> list[list[int]]:
+    """The unpadded token ids of each prompt row, read from left-padded `input_ids` and `attention_mask`."""
+    missing = [key for key in PROMPT_KEYS if key not in prompts.batch.keys()]
+    if missing:
+        raise KeyError(f"rollout input lacks {missing}; it needs {list(PROMPT_KEYS)}, each (batch, prompt_len)")
+    input_ids = prompts.batch["input_ids"]
+    mask = prompts.batch["attention_mask"].bool()
+    # Left padding: once a row's mask turns 1 it stays 1 to the end.
+    starts = mask.int().argmax(dim=-1)
+    positions = torch.arange(mask.shape[1]).unsqueeze(0)
+    expected = positions >= starts.unsqueeze(1)
+    empty = ~mask.any(dim=-1)
+    if empty.any():
+        raise ValueError(f"rollout input rows {torch.nonzero(empty).flatten().tolist()[:5]} have no prompt tokens")
+    if not torch.equal(mask, expected):
+        bad = torch.nonzero((mask != expected).any(dim=-1)).flatten().tolist()[:5]
+        raise ValueError(f"rollout input rows {bad} are not left-padded; pad prompts on the left (padding_side='left')")
+    return [row[start:].tolist() for row, start in zip(input_ids, starts.tolist())]
+
+
+def build_rollout_batch(
+    prompts: DataProto,
+    responses: Sequence[Sequence[int]],
+    log_probs: Sequence[Sequence[float]],
+    sampling: SamplingConfig,
+    pad_token_id: int,
+    metrics: dict[str, float],
+) -> DataProto:
+    """Assembles the output batch of `RolloutEngine.generate` from per-sample responses.
+
+    `responses[i*n + j]` / `log_probs[i*n + j]` are sample j of prompt i (unpadded, at most max_tokens long).
+    """
+    n, width = sampling.n, sampling.max_tokens
+    rows = len(prompts) * n
+    if len(responses) != rows or len(log_probs) != rows:
+        raise ValueError(f"expected {rows} responses and log-prob rows, got {len(responses)} and {len(log_probs)}")
+    response_ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((rows, width), dtype=torch.long)
+    rollout_log_probs = torch.zeros((rows, width), dtype=torch.float32)
+    for row, (tokens, token_log_probs) in enumerate(zip(responses, log_probs)):
+        length = len(tokens)
+        if length > width or len(token_log_probs) != length:
+            raise ValueError(
+                f"sample {row}: {length} tokens and {len(token_log_probs)} log-probs for max_tokens={width}"
+            )
+        response_ids[row, :length] = torch.as_tensor(list(tokens), dtype=torch.long)
+        response_mask[row, :length] = 1
+        rollout_log_probs[row, :length] = torch.as_tensor(list(token_log_probs), dtype=torch.float32)
+
+    batch = prompts.batch
+    prompt_ids = batch["input_ids"].repeat_interleave(n, dim=0)
+    prompt_mask = batch["attention_mask"].repeat_interleave(n, dim=0)
+    prompt_positions = batch["position_ids"].repeat_interleave(n, dim=0)
+    offsets = torch.arange(1, width + 1, dtype=prompt_positions.dtype).unsqueeze(0)
+    response_positions = prompt_positions[:, -1:] + offsets
+
+    tensors = {
+        key: batch[key].repeat_interleave(n, dim=0) for key in batch.keys() if key not in PROMPT_KEYS
+    }
+    tensors.update(
+        prompts=prompt_ids,
+        responses=response_ids,
+        response_mask=response_mask,
+        input_ids=torch.cat([prompt_ids, response_ids], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1),
+        position_ids=torch.cat([prompt_positions, response_positions], dim=1),
+        rollout_log_probs=rollout_log_probs,
+    )
+    non_tensors = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}
+    meta_info = dict(prompts.meta_info)
+    meta_info["metrics"] = {**meta_info.get("metrics", {}), **metrics}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+
+def generation_metrics(responses: Sequence[Sequence[int]], seconds: float) -> dict[str, float]:
+    """Counts and rates of one generate call, under `rollout/` names."""
+    tokens = sum(len(r) for r in responses)
+    return {
+        "rollout/generated_tokens": float(tokens),
+        "rollout/generate_s": seconds,
+        "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "rollout/mean_response_length": tokens / max(len(responses), 1),
+    }
