@@ -211,5 +211,7 @@ class VLLMRolloutEngine(RolloutEngine):
         return self.options.tensor_parallel_size
 
     def shutdown(self) -> None:
-        """Releases the engine (call before `torch.distributed.destroy_process_group`)."""
+        """Releases the engine. vLLM's in-process shutdown (EngineCore.shutdown -> cleanup_dist_env_and_memory)
+        also destroys the default torch.distributed process group, even one the caller created: shut the
+        engine down last, after any collective the caller still needs."""
         del self.llm
