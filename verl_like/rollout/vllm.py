@@ -178,7 +178,12 @@ class VLLMRolloutEngine(RolloutEngine):
         )
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Streams full HF-named tensors into vLLM's weights in place, then drops the prefix cache."""
+        """Streams full HF-named tensors into vLLM's weights in place, then drops the prefix cache.
+
+        Any subset of layers may be sent, but on CPU each vLLM layer must get all of its tensors in the same call
+        (q, k and v for qkv_proj; gate and up for gate_up_proj): the layerwise reload rebuilds a layer from
+        scratch and would process a partly loaded one with its missing part uninitialised.
+        """
         start = time.perf_counter()
         written = vllm_compat.load_full_weights(self.llm, named_tensors)
         self.reset_cache()

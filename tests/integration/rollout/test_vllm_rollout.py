@@ -14,6 +14,7 @@ from rollout_helpers import forward_log_probs, load_hf_model  # noqa: E402
 from verl_like.models.tiny import build_tokenizer  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402
+from verl_like.rollout import vllm_compat  # noqa: E402
 from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine  # noqa: E402
 
 GREEDY = SamplingConfig(do_sample=False, max_tokens=12)
@@ -124,6 +125,31 @@ def test_load_weights_follows_new_weights_and_back(engine, tiny_model_dir, hf_mo
     restored = engine.generate(prompt_batch, SAMPLED)
     assert torch.equal(restored.batch["responses"], before.batch["responses"])
     assert (restored.batch["rollout_log_probs"] - before.batch["rollout_log_probs"]).abs().max() < 1e-5
+
+
+def test_load_weights_of_some_layers_keeps_the_others(engine, tiny_model_dir, hf_model, prompt_batch):
+    """A partial update (here only lm_head) leaves every other vLLM layer as it was."""
+    partial = load_hf_model(tiny_model_dir)
+    with torch.no_grad():
+        partial.lm_head.weight.mul_(-3.0)
+    engine.load_weights([("lm_head.weight", partial.lm_head.weight.detach())])
+    try:
+        out = engine.generate(prompt_batch, SAMPLED)
+        mask = out.batch["response_mask"]
+        assert mean_abs_diff(out.batch["rollout_log_probs"], forward_log_probs(partial, out, SAMPLED), mask) <= 1e-3
+    finally:
+        engine.load_weights([("lm_head.weight", hf_model.lm_head.weight.detach())])
+    out = engine.generate(prompt_batch, SAMPLED)
+    assert mean_abs_diff(out.batch["rollout_log_probs"], forward_log_probs(hf_model, out, SAMPLED),
+                         out.batch["response_mask"]) <= 1e-3
+
+
+def test_model_runner_model_exposes_vllm_parameter_layout(engine):
+    model = vllm_compat.model_runner_model(engine.llm)
+    names = {name for name, _ in model.named_parameters()}
+    assert "model.layers.0.self_attn.qkv_proj.weight" in names  # vLLM fuses q/k/v
+    assert "model.layers.0.mlp.gate_up_proj.weight" in names  # and gate/up
+    assert callable(model.load_weights)
 
 
 def test_sleep_and_wake_up_are_callable_on_cpu(engine, prompt_batch):
