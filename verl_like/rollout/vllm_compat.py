@@ -78,7 +78,10 @@ def load_full_weights(llm: Any, named_tensors: Iterable[tuple[str, torch.Tensor]
 
 
 def wake_up(llm: Any, tags: list[str] | None) -> bool:
-    """`LLM.wake_up(tags)`; True once weights and KV cache are both back (0.32 reports it; older releases return None)."""
+    """`LLM.wake_up(tags)`; True once weights and KV cache are both back.
+
+    0.32 reports this itself; older releases return None, so it is inferred from `tags`.
+    """
     awake = llm.wake_up(tags)
     if awake is None:
         awake = tags is None or {"weights", "kv_cache"} <= set(tags)

@@ -34,7 +34,9 @@ def test_greedy_matches_step_by_step_argmax(engine, hf_model, prompt_batch):
         assert out.batch["responses"][row].tolist() == greedy_by_hand(hf_model, prompt, 6)
 
 
-@pytest.mark.parametrize("sampling", [SamplingConfig(do_sample=False, max_tokens=8), SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    "sampling", [SamplingConfig(do_sample=False, max_tokens=8), SAMPLED], ids=["greedy", "sampled"]
+)
 def test_log_probs_match_a_forward_of_the_sampled_tokens(engine, hf_model, prompt_batch, sampling):
     out = engine.generate(prompt_batch, sampling)
     mask = out.batch["response_mask"].bool()

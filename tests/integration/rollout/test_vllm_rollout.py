@@ -115,8 +115,9 @@ def test_load_weights_follows_new_weights_and_back(engine, tiny_model_dir, hf_mo
     try:
         after = engine.generate(prompt_batch, SAMPLED)
         mask = after.batch["response_mask"]
-        assert mean_abs_diff(after.batch["rollout_log_probs"], forward_log_probs(perturbed, after, SAMPLED), mask) <= 1e-3
-        assert mean_abs_diff(after.batch["rollout_log_probs"], forward_log_probs(hf_model, after, SAMPLED), mask) > 1e-2
+        got = after.batch["rollout_log_probs"]
+        assert mean_abs_diff(got, forward_log_probs(perturbed, after, SAMPLED), mask) <= 1e-3
+        assert mean_abs_diff(got, forward_log_probs(hf_model, after, SAMPLED), mask) > 1e-2
         greedy = engine.generate(prompt_batch, GREEDY)
         assert torch.equal(greedy.batch["responses"],
                            HFRolloutEngine(perturbed).generate(prompt_batch, GREEDY).batch["responses"])

@@ -6,10 +6,12 @@ from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine, build_l
 
 
 def test_single_rank_runs_the_uni_executor_with_processed_logprobs():
-    kwargs = build_llm_kwargs("/m", VLLMEngineOptions(dtype="float32", seed=3, max_num_seqs=8, enforce_eager=False))
+    options = VLLMEngineOptions(dtype="float32", seed=3, max_num_seqs=8, enforce_eager=False)
+    kwargs = build_llm_kwargs("/m", options)
     assert kwargs["distributed_executor_backend"] == "uni"
     assert kwargs["logprobs_mode"] == "processed_logprobs"
-    assert (kwargs["dtype"], kwargs["seed"], kwargs["max_num_seqs"], kwargs["enforce_eager"]) == ("float32", 3, 8, False)
+    assert (kwargs["dtype"], kwargs["seed"]) == ("float32", 3)
+    assert (kwargs["max_num_seqs"], kwargs["enforce_eager"]) == (8, False)
     assert kwargs["enable_sleep_mode"] is False  # no CUDA here
     assert "max_model_len" not in kwargs and "kv_cache_memory_bytes" not in kwargs
 
