@@ -1,0 +1,123 @@
+"""One micro-batch through a plain (unsharded) model: packed equals padded, both equal a float64 per-sequence loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from engine_reference import TEMPERATURE, make_batch, reference_outputs
+from verl_like.engine.config import EngineConfig
+from verl_like.engine.model_loading import load_model, pick_attn_implementation
+from verl_like.engine.model_outputs import micro_batch_outputs, pack
+
+OUTPUT_KEYS = {"causal_lm": ("log_probs", "entropy"), "value": ("values",), "sequence_classifier": ("scores",)}
+
+
+@pytest.fixture(scope="module")
+def tensors(vocab_size):
+    batch = make_batch(6, vocab_size, seed=5)
+    return TensorDict(batch, batch_size=[6])
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_dir):
+    cache = {}
+
+    def get(kind: str, attn: str | None = None):
+        if (kind, attn) not in cache:
+            config = EngineConfig(model_path=tiny_model_dir, model_kind=kind, attn_implementation=attn)
+            cache[(kind, attn)] = load_model(config)
+        return cache[(kind, attn)]
+
+    return get
+
+
+@pytest.mark.parametrize("kind", ["causal_lm", "value", "sequence_classifier"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_and_padded_match_the_float64_reference(models, tensors, kind, attn):
+    model = models(kind, attn)
+    assert model.config._attn_implementation == attn
+    with torch.no_grad():
+        reference = reference_outputs(model.double(), kind, dict(tensors.items()), TEMPERATURE)
+        model.float()
+        padded = micro_batch_outputs(model, kind, tensors, packed=False, temperature=TEMPERATURE,
+                                     calculate_entropy=True)
+        packed = micro_batch_outputs(model, kind, tensors, packed=True, temperature=TEMPERATURE,
+                                     calculate_entropy=True)
+    assert set(padded) == set(packed) == set(OUTPUT_KEYS[kind])
+    for key in OUTPUT_KEYS[kind]:
+        torch.testing.assert_close(padded[key], reference[key].float(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(packed[key], padded[key], atol=1e-5, rtol=1e-5)
+
+
+def test_log_probs_are_zero_outside_the_response_mask_and_finite_everywhere(models, tensors):
+    with torch.no_grad():
+        outputs = micro_batch_outputs(models("causal_lm"), "causal_lm", tensors, packed=False, calculate_entropy=True)
+    outside = ~tensors["response_mask"].bool()
+    assert outside.any()
+    for value in outputs.values():
+        assert torch.isfinite(value).all()
+        assert (value[outside] == 0).all()
+
+
+def test_temperature_changes_log_probs_as_the_rollout_does(models, tensors):
+    model = models("causal_lm")
+    with torch.no_grad():
+        hot = micro_batch_outputs(model, "causal_lm", tensors, packed=True, temperature=2.0)["log_probs"]
+        cold = micro_batch_outputs(model, "causal_lm", tensors, packed=True, temperature=0.5)["log_probs"]
+    mask = tensors["response_mask"].bool()
+    assert not torch.allclose(hot[mask], cold[mask])
+
+
+def test_gradients_flow_through_packed_outputs(models, tensors):
+    model = models("causal_lm")
+    model.zero_grad(set_to_none=True)
+    outputs = micro_batch_outputs(model, "causal_lm", tensors, packed=True, calculate_entropy=True)
+    (outputs["log_probs"].sum() + outputs["entropy"].sum()).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    model.zero_grad(set_to_none=True)
+
+
+def test_pack_lays_out_valid_tokens_back_to_back(tensors):
+    layout = pack(tensors)
+    mask = tensors["attention_mask"].bool()
+    assert layout.input_ids.shape == (1, int(mask.sum()))
+    assert torch.equal(layout.input_ids[0], tensors["input_ids"][mask])
+    lengths = mask.sum(dim=1)
+    assert torch.equal(layout.last_index, torch.cumsum(lengths, 0) - 1)
+    assert (layout.position_ids[0, layout.last_index - lengths + 1] == 0).all()
+
+
+def test_pack_rejects_position_ids_that_do_not_restart_per_sequence(tensors):
+    bad = tensors.clone()
+    bad["position_ids"] = bad["position_ids"] + 1
+    with pytest.raises(ValueError, match="count 0, 1, 2"):
+        pack(bad)
+
+
+def test_pack_rejects_an_empty_sequence(tensors):
+    bad = tensors.clone()
+    bad["attention_mask"] = bad["attention_mask"].clone()
+    bad["attention_mask"][0] = 0
+    with pytest.raises(ValueError, match="no valid token"):
+        pack(bad)
+
+
+def test_response_mask_beyond_the_attention_mask_is_rejected_when_packed(models, tensors):
+    bad = tensors.clone()
+    bad["response_mask"] = torch.ones_like(bad["response_mask"])
+    with pytest.raises(ValueError, match="masks disagree"):
+        micro_batch_outputs(models("causal_lm"), "causal_lm", bad, packed=True)
+
+
+def test_attention_defaults_to_sdpa_without_flash_attn():
+    assert pick_attn_implementation("eager") == "eager"
+    expected = "flash_attention_2" if _has_flash_attn() else "sdpa"
+    assert pick_attn_implementation(None) == expected
+
+
+def _has_flash_attn() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None

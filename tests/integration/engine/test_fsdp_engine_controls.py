@@ -1,0 +1,37 @@
+"""Engine controls on 2 ranks: LR schedule, non-finite gradients, offload on CPU, errors raised on every rank."""
+
+import math
+
+import pytest
+
+
+def test_cosine_schedule_with_warmup_drives_the_optimizer_lr(engine_runs):
+    # lr 1e-3, warmup 2, total 5, min_lr_ratio 0.1; written out by hand.
+    cosine = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * k / 3)) for k in range(4)]
+    expected = [1e-3 * f for f in [0.5, 1.0, *cosine]]
+    for result in engine_runs.get("lr_schedule"):
+        assert result["lrs"] == pytest.approx(expected, rel=1e-12)
+        assert result["global_step"] == 6
+
+
+def test_non_finite_gradient_skips_the_update_but_counts_the_step(engine_runs):
+    for result in engine_runs.get("non_finite_gradient"):
+        assert math.isnan(result["grad_norm"])
+        assert result["unchanged"]
+        assert result["global_step"] == 1
+
+
+def test_offload_and_onload_are_no_ops_on_cpu(engine_runs):
+    assert all(result["equal"] for result in engine_runs.get("offload_round_trip"))
+
+
+def test_a_rank_with_too_few_rows_fails_every_rank_with_the_same_error(engine_runs):
+    errors = [result["too_few_rows"] for result in engine_runs.get("planning_errors")]
+    assert errors[0] == errors[1]
+    assert errors[0].startswith("ValueError: a data-parallel rank has 2 rows but another needs 6 micro-batches")
+
+
+def test_a_sequence_over_budget_on_one_rank_fails_every_rank(engine_runs):
+    rank0, rank1 = (result["over_budget"] for result in engine_runs.get("planning_errors"))
+    assert rank1.startswith("ValueError:") and "raise max_tokens_per_rank to at least 11" in rank1
+    assert rank0.startswith("RuntimeError: another data-parallel rank could not plan its micro-batches")

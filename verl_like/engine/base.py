@@ -1,0 +1,127 @@
+"""TrainEngine: the interface every training backend (FSDP2 now, Megatron later) implements.
+
+Batch convention (the rollout's output): a DataProto whose batch holds
+  input_ids, attention_mask, position_ids: (batch, prompt_len + response_len), prompts left-padded, responses
+    right-padded;
+  responses: (batch, response_len), the last response_len columns of input_ids;
+  response_mask (optional): (batch, response_len); defaults to attention_mask[:, -response_len:].
+Model outputs, per model kind:
+  causal_lm: "log_probs" (batch, response_len): log p(responses[:, t] | tokens before it) from logits divided by
+    the temperature (logits at positions prompt_len-1 ... end-1); "entropy" (batch, response_len) of that same
+    distribution when asked for. Entries where the response mask is 0 are 0.
+  value: "values" (batch, response_len): the value head at the same positions as the log-probs (the state
+    before each response token); 0 where the response mask is 0.
+  sequence_classifier: "scores" (batch,): the head at each sequence's last valid token. Batches without
+    `responses` are fine for this kind.
+
+Loss contract of `forward_backward` (why: data parallelism must give exactly the full-batch gradient):
+  The global loss is the loss of the whole mini-batch, over all data-parallel ranks. `loss_fn` returns this
+  micro-batch's *share* of it, so that summing the returned losses over micro-batches and ranks gives the global
+  loss. The engine sums gradients over micro-batches and over ranks (no averaging anywhere), so the resulting
+  gradient is the gradient of the global loss. To normalise, `loss_fn` reads the global counts the engine puts
+  in `micro_batch.meta_info`:
+    "global_token_count": valid response tokens in the mini-batch over all ranks (all valid tokens for a batch
+      without `responses`);
+    "global_sequence_count": sequences in the mini-batch over all ranks.
+  A token-mean loss is `(per_token_loss * mask).sum() / global_token_count`; a sequence-mean one divides the
+  sum of per-sequence values by `global_sequence_count`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verl_like.protocol import DataProto
+
+LossFn = Callable[[dict[str, torch.Tensor], DataProto], tuple[torch.Tensor, dict[str, float]]]
+"""loss_fn(model_outputs, micro_batch) -> (loss share: 0-d tensor, metrics: {name: float}); see the module doc."""
+
+
+@dataclass
+class ForwardBackwardResult:
+    """What one `forward_backward` call reports.
+
+    loss: the global loss: the sum of the losses `loss_fn` returned, over micro-batches and ranks (same on
+      every rank).
+    metrics: per metric name, the values `loss_fn` returned for this rank's micro-batches, in order.
+    num_micro_batches: micro-batches this rank ran (the same on every rank).
+    """
+
+    loss: float
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    num_micro_batches: int = 0
+
+
+class TrainEngine(abc.ABC):
+    """One model trained data-parallel over a process group; every method is called on every rank together."""
+
+    @property
+    @abc.abstractmethod
+    def dp_rank(self) -> int:
+        """This process's rank in the data-parallel group."""
+
+    @property
+    @abc.abstractmethod
+    def dp_size(self) -> int:
+        """Number of data-parallel ranks."""
+
+    @property
+    @abc.abstractmethod
+    def global_step(self) -> int:
+        """Optimizer steps taken (restored by `load_checkpoint`)."""
+
+    @abc.abstractmethod
+    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False) -> DataProto:
+        """Model outputs for this rank's rows without gradients (see the module doc for keys and shapes)."""
+
+    @abc.abstractmethod
+    def forward_backward(
+        self, batch: DataProto, loss_fn: LossFn, temperature: float = 1.0, calculate_entropy: bool = False
+    ) -> ForwardBackwardResult:
+        """Accumulates the gradient of the global loss over this rank's micro-batches (see the loss contract)."""
+
+    @abc.abstractmethod
+    def optimizer_step(self) -> float:
+        """Clips, steps AdamW and the LR scheduler, zeroes gradients; returns the pre-clip global grad norm.
+
+        A non-finite norm skips the update (gradients are dropped, the step still counts).
+        """
+
+    @property
+    @abc.abstractmethod
+    def current_lr(self) -> float:
+        """Learning rate the next optimizer step uses."""
+
+    @abc.abstractmethod
+    def named_parameter_shards(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF parameter name, this rank's shard as a DTensor) for every parameter; no communication."""
+
+    @abc.abstractmethod
+    def full_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF parameter name, full tensor) one parameter at a time; a collective, same order on every rank."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, directory: str | Path) -> None:
+        """Writes model, optimizer, scheduler, RNG and step to `directory` atomically (sharded)."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restores exactly what `save_checkpoint` wrote."""
+
+    @abc.abstractmethod
+    def export_hf(self, directory: str | Path, tokenizer: Any | None = None) -> None:
+        """Writes the full model (and tokenizer, if given) as a HF directory that transformers and vLLM load."""
+
+    @abc.abstractmethod
+    def offload(self) -> None:
+        """Moves what the config says (parameters, optimizer state) to CPU memory; a no-op on CPU."""
+
+    @abc.abstractmethod
+    def onload(self) -> None:
+        """Brings back what `offload` moved."""

@@ -1,0 +1,271 @@
+"""FSDPEngine: a TrainEngine on PyTorch FSDP2 (`fully_shard`), the same code on CPU (gloo) and GPU (nccl).
+
+Each decoder layer is one FSDP unit, the root module (embeddings, final norm, head) another; parameters are
+DTensors sharded on dim 0 over a 1-D device mesh ("dp"). Gradients are summed over ranks, never averaged
+(`set_gradient_divide_factor(1)`): with the loss contract of verl_like.engine.base, data parallelism then
+gives exactly the full-batch gradient.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine
+from verl_like.engine.config import EngineConfig, torch_dtype
+from verl_like.engine.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
+from verl_like.engine.lr_schedule import WarmupSchedule
+from verl_like.engine.micro_batches import global_counts, plan_micro_batches
+from verl_like.engine.model_loading import decoder_layer_classes, load_model
+from verl_like.engine.model_outputs import micro_batch_outputs
+from verl_like.protocol import DataProto
+from verl_like.utils.checkpoint import commit_directory, prepare_staging
+from verl_like.utils.device import get_device_name, get_dist_backend, get_torch_device, is_cuda_available
+
+logger = logging.getLogger(__name__)
+
+_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+
+
+def init_process_group_from_env() -> None:
+    """Joins the default process group from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT unless already joined."""
+    if dist.is_initialized():
+        return
+    missing = [key for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if key not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"torch.distributed is not initialised and the environment lacks {missing}; start the engine under a "
+            "WorkerGroup or torchrun, or call torch.distributed.init_process_group first"
+        )
+    if is_cuda_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", int(os.environ["RANK"]) % torch.cuda.device_count()))
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend=get_dist_backend())
+
+
+class FSDPEngine(TrainEngine):
+    """Trains one HF model with FSDP2 over all ranks of the default process group (or a given 1-D mesh)."""
+
+    def __init__(self, config: EngineConfig, device_mesh: DeviceMesh | None = None) -> None:
+        init_process_group_from_env()
+        self.config = config
+        self.device = get_torch_device()
+        self.mesh = device_mesh or init_device_mesh(
+            get_device_name(), (dist.get_world_size(),), mesh_dim_names=("dp",)
+        )
+        if self.mesh.ndim != 1:
+            raise ValueError(f"FSDPEngine needs a 1-D device mesh, got one of shape {tuple(self.mesh.shape)}")
+        self.group = self.mesh.get_group()
+        model = load_model(config)
+        self._hf_class = type(model)  # fully_shard swaps the class for an FSDP subclass; export needs the original
+        self.model = self._shard(model)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
+        )
+        schedule = WarmupSchedule(config.lr_scheduler, config.warmup_steps, config.total_steps, config.min_lr_ratio)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self._global_step = 0
+        self._params_offloaded = False
+        self._optimizer_offloaded = False
+
+    def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        mp_policy = MixedPrecisionPolicy(
+            param_dtype=torch_dtype(self.config.param_dtype) if self.config.param_dtype else None,
+            reduce_dtype=torch_dtype(self.config.reduce_dtype) if self.config.reduce_dtype else None,
+        )
+        kwargs = {"mesh": self.mesh, "mp_policy": mp_policy, "reshard_after_forward": self.config.reshard_after_forward}
+        layer_classes = decoder_layer_classes(model)
+        for module in model.modules():
+            if isinstance(module, layer_classes):
+                fully_shard(module, **kwargs)
+        fully_shard(model, **kwargs)
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                # Sum, do not average, gradients over ranks (the loss contract normalises globally). Forcing plain
+                # SUM collectives keeps gloo working (it has no PREMUL_SUM); older torch lacks the switch and
+                # then uses PREMUL_SUM(1), which NCCL supports.
+                module.set_gradient_divide_factor(1.0)
+                if hasattr(module, "set_force_sum_reduction_for_comms"):
+                    module.set_force_sum_reduction_for_comms(True)
+        return model
+
+    @property
+    def dp_rank(self) -> int:
+        return dist.get_rank(self.group)
+
+    @property
+    def dp_size(self) -> int:
+        return dist.get_world_size(self.group)
+
+    @property
+    def global_step(self) -> int:
+        return self._global_step
+
+    @property
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def _require_onloaded(self, op: str) -> None:
+        if self._params_offloaded:
+            raise RuntimeError(f"FSDPEngine.{op}: parameters are offloaded to CPU; call onload() first")
+
+    def _model_inputs(self, batch: DataProto) -> DataProto:
+        keys = [key for key in _INPUT_KEYS if key in batch.batch.keys()]
+        needed = ["input_ids", "attention_mask", "position_ids"]
+        if self.config.model_kind != "sequence_classifier":
+            needed.append("responses")
+        missing = [key for key in needed if key not in keys]
+        if missing:
+            raise KeyError(
+                f"FSDPEngine ({self.config.model_kind}): the batch lacks {missing}; it has {sorted(batch.batch.keys())}"
+            )
+        return batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
+
+    def _micro_batches(self, batch: DataProto) -> list[list[int]]:
+        max_tokens = self.config.max_tokens_per_rank if self.config.use_dynamic_bsz else None
+        return plan_micro_batches(batch.batch, self.config.micro_batch_size_per_rank, max_tokens, self.group)
+
+    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False) -> DataProto:
+        """Outputs for every row of this rank's batch, in its row order, as float32 CPU tensors."""
+        self._require_onloaded("forward")
+        inputs = self._model_inputs(batch)
+        groups = self._micro_batches(inputs)
+        pieces: dict[str, list[torch.Tensor]] = defaultdict(list)
+        with torch.no_grad():
+            for indices in groups:
+                tensors = inputs[indices].batch.to(self.device)
+                outputs = micro_batch_outputs(
+                    self.model, self.config.model_kind, tensors, self.config.use_remove_padding,
+                    temperature, calculate_entropy,
+                )
+                for key, value in outputs.items():
+                    pieces[key].append(value.float().cpu())
+        order = torch.tensor([i for indices in groups for i in indices])
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(len(order))
+        tensors = {key: torch.cat(values)[inverse] for key, values in pieces.items()}
+        return DataProto.from_dict(tensors=tensors, meta_info={"temperature": temperature})
+
+    def forward_backward(
+        self, batch: DataProto, loss_fn: LossFn, temperature: float = 1.0, calculate_entropy: bool = False
+    ) -> ForwardBackwardResult:
+        self._require_onloaded("forward_backward")
+        inputs = self._model_inputs(batch)
+        groups = self._micro_batches(inputs)
+        token_count, sequence_count = global_counts(inputs.batch, self.group)
+        metrics: dict[str, list[float]] = defaultdict(list)
+        local_loss = torch.zeros((), dtype=torch.float64)
+        for indices in groups:
+            micro_batch = batch[indices].to(self.device)
+            micro_batch.meta_info.update(
+                global_token_count=token_count, global_sequence_count=sequence_count, temperature=temperature
+            )
+            outputs = micro_batch_outputs(
+                self.model, self.config.model_kind, micro_batch.batch, self.config.use_remove_padding,
+                temperature, calculate_entropy,
+            )
+            loss, loss_metrics = loss_fn(outputs, micro_batch)
+            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+                raise TypeError(f"loss_fn must return a 0-d tensor as its loss, got {type(loss).__name__} "
+                                f"{getattr(loss, 'shape', '')}")
+            loss.backward()
+            local_loss += loss.detach().double().cpu()
+            for key, value in loss_metrics.items():
+                metrics[key].append(float(value))
+        dist.all_reduce(local_loss, group=self.group)
+        return ForwardBackwardResult(loss=float(local_loss), metrics=dict(metrics), num_micro_batches=len(groups))
+
+    def optimizer_step(self) -> float:
+        self._require_onloaded("optimizer_step")
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
+        if isinstance(grad_norm, DTensor):
+            grad_norm = grad_norm.full_tensor()
+        grad_norm = float(grad_norm)
+        if not torch.isfinite(torch.tensor(grad_norm)):
+            logger.warning("step %d: gradient norm is %s; skipping the update", self._global_step, grad_norm)
+        else:
+            if self.config.grad_clip is not None:
+                torch.nn.utils.clip_grads_with_norm_(params, self.config.grad_clip, torch.tensor(grad_norm))
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self._global_step += 1
+        return grad_norm
+
+    def named_parameter_shards(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, param in self.model.named_parameters():
+            yield name, param.detach()
+
+    def full_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, param in self.model.named_parameters():
+            full = param.full_tensor() if isinstance(param, DTensor) else param
+            yield name, full.detach()
+
+    def save_checkpoint(self, directory: str | Path) -> None:
+        self._require_onloaded("save_checkpoint")
+        save_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self._global_step, self.group)
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        self._require_onloaded("load_checkpoint")
+        self._global_step = load_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self.group)
+
+    def export_hf(self, directory: str | Path, tokenizer: Any | None = None) -> None:
+        self._require_onloaded("export_hf")
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state_dict = get_model_state_dict(self.model, options=options)  # collective; full only on rank 0
+        if self.dp_rank == 0:
+            staging = prepare_staging(directory)
+            hf_config = copy.deepcopy(self.model.config)
+            hf_config.use_cache = True  # the engine runs without a KV cache; the exported model generates
+            with torch.device("meta"):
+                plain = self._hf_class(hf_config)
+            plain.load_state_dict(state_dict, assign=True)
+            plain.tie_weights()
+            plain.save_pretrained(staging)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            commit_directory(staging, directory)
+            logger.info("exported %s to %s", self._hf_class.__name__, directory)
+        dist.barrier(group=self.group)
+
+    def offload(self) -> None:
+        if not is_cuda_available():
+            return
+        if self.config.param_offload and not self._params_offloaded:
+            self.model.to("cpu")
+            self._params_offloaded = True
+        if self.config.optimizer_offload and not self._optimizer_offloaded:
+            self._move_optimizer_state(torch.device("cpu"))
+            self._optimizer_offloaded = True
+        torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        if not is_cuda_available():
+            return
+        if self._params_offloaded:
+            self.model.to(self.device)
+            self._params_offloaded = False
+        if self._optimizer_offloaded:
+            self._move_optimizer_state(self.device)
+            self._optimizer_offloaded = False
+
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and key != "step":  # AdamW keeps `step` where it wants it
+                    state[key] = value.to(device, non_blocking=True)
+        if device.type == "cpu":
+            torch.cuda.synchronize()

@@ -1,0 +1,115 @@
+"""Sharded checkpoints of an FSDP2 model and its optimizer (torch.distributed.checkpoint), plus per-rank extras.
+
+Layout of a checkpoint directory (all ranks write into it; it must be on a filesystem every rank sees):
+  DCP files: model and optimizer state, sharded (loadable at another world size);
+  extra_state_rank{r}.pt: LR scheduler state, global step and rank r's RNG states (torch CPU and CUDA, Python,
+  NumPy), so that training resumes exactly.
+Written under a staging name and renamed into place by rank 0 after a barrier (verl_like.utils.checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from verl_like.utils.checkpoint import commit_directory, prepare_staging, staging_path
+from verl_like.utils.device import is_cuda_available
+
+logger = logging.getLogger(__name__)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if is_cuda_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and is_cuda_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _extra_file(directory: Path, rank: int) -> Path:
+    return directory / f"extra_state_rank{rank}.pt"
+
+
+def save_fsdp_checkpoint(
+    directory: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    global_step: int,
+    group: dist.ProcessGroup | None,
+) -> None:
+    """Writes the checkpoint to `directory` atomically; a collective over `group`."""
+    final = Path(directory)
+    rank = dist.get_rank(group)
+    if rank == 0:
+        prepare_staging(final)
+    dist.barrier(group=group)
+    staging = staging_path(final)
+    state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.save(state, checkpoint_id=staging, process_group=group)
+    extra = {
+        "scheduler": scheduler.state_dict(),
+        "global_step": global_step,
+        "world_size": dist.get_world_size(group),
+        "rng": _rng_state(),
+    }
+    torch.save(extra, _extra_file(staging, rank))
+    dist.barrier(group=group)
+    if rank == 0:
+        commit_directory(staging, final)
+        logger.info("saved checkpoint of step %d to %s", global_step, final)
+    dist.barrier(group=group)
+
+
+def load_fsdp_checkpoint(
+    directory: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    group: dist.ProcessGroup | None,
+) -> int:
+    """Restores model, optimizer, scheduler and RNG from `directory`; returns the saved global step. Collective."""
+    directory = Path(directory)
+    rank = dist.get_rank(group)
+    if not _extra_file(directory, 0).is_file():
+        raise FileNotFoundError(
+            f"{directory} is not a finished engine checkpoint (no extra_state_rank0.pt); pass the directory that "
+            "save_checkpoint wrote"
+        )
+    state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=directory, process_group=group)
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    own = _extra_file(directory, rank)
+    extra = torch.load(own if own.is_file() else _extra_file(directory, 0), weights_only=False)
+    scheduler.load_state_dict(extra["scheduler"])
+    if own.is_file():
+        _set_rng_state(extra["rng"])
+    else:
+        logger.warning(
+            "checkpoint %s was written by %d ranks; rank %d has no RNG state there and keeps its current one",
+            directory, extra["world_size"], rank,
+        )
+    logger.info("loaded checkpoint of step %d from %s", extra["global_step"], directory)
+    return int(extra["global_step"])

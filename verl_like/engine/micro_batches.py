@@ -1,0 +1,86 @@
+"""Splitting a rank's rows into micro-batches so that every data-parallel rank runs the same number of them.
+
+FSDP all-gathers parameters in every forward, so a rank that ran one micro-batch fewer than the others would
+leave them waiting forever. Each rank computes how many micro-batches it needs, the group agrees on the largest
+count (one all_reduce), and each rank splits its rows into exactly that many. A planning error on one rank is
+raised on every rank instead of hanging the others.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict
+
+from verl_like.engine.model_outputs import response_mask_of
+from verl_like.utils.seqlen_balancing import min_parts_within_budget, partition_within_budget
+
+logger = logging.getLogger(__name__)
+
+
+def _local_count(num_rows: int, lengths: list[int], micro_batch_size: int, max_tokens: int | None) -> int:
+    if max_tokens is not None:
+        return min_parts_within_budget(lengths, max_tokens)
+    return -(-num_rows // micro_batch_size)
+
+
+def plan_micro_batches(
+    tensors: TensorDict,
+    micro_batch_size: int,
+    max_tokens: int | None,
+    group: dist.ProcessGroup | None,
+) -> list[list[int]]:
+    """Row indices of each micro-batch; the same count on every rank of `group` (a collective).
+
+    `max_tokens` None: consecutive rows, `micro_batch_size` at a time (a rank with fewer rows than others splits
+    them into the agreed count, evenly). `max_tokens` set: rows grouped so that each micro-batch holds at most
+    `max_tokens` valid tokens (attention_mask ones), balanced by token count.
+    """
+    num_rows = int(tensors.batch_size[0])
+    lengths = [int(n) for n in tensors["attention_mask"].sum(dim=1).tolist()]
+    error: Exception | None = None
+    count = 0
+    try:
+        if num_rows == 0:
+            raise ValueError("the engine got a batch with 0 rows; every data-parallel rank needs at least one")
+        count = _local_count(num_rows, lengths, micro_batch_size, max_tokens)
+    except ValueError as exc:
+        error = exc
+    # One all_reduce(max) carries the micro-batch count, the smallest row count (negated) and a failure flag.
+    agreed = torch.tensor([count, -num_rows, int(error is not None)], dtype=torch.long)
+    if dist.is_initialized():
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
+    num_micro_batches, fewest_rows, failed = int(agreed[0]), -int(agreed[1]), bool(agreed[2])
+    if error is not None:
+        raise error
+    if failed:
+        raise RuntimeError("another data-parallel rank could not plan its micro-batches; its error says why")
+    if fewest_rows < num_micro_batches:
+        raise ValueError(
+            f"a data-parallel rank has {fewest_rows} rows but another needs {num_micro_batches} micro-batches; "
+            f"every rank must hold at least that many rows (raise max_tokens_per_rank / micro_batch_size_per_rank "
+            "or send more rows per rank)"
+        )
+    if max_tokens is not None:
+        return partition_within_budget(lengths, max_tokens, num_micro_batches)
+    if num_micro_batches == count:
+        return [list(range(s, min(s + micro_batch_size, num_rows))) for s in range(0, num_rows, micro_batch_size)]
+    bounds = [round(i * num_rows / num_micro_batches) for i in range(num_micro_batches + 1)]
+    return [list(range(bounds[i], bounds[i + 1])) for i in range(num_micro_batches)]
+
+
+def global_counts(tensors: TensorDict, group: dist.ProcessGroup | None) -> tuple[int, int]:
+    """(valid response tokens, sequences) summed over the ranks of `group` (a collective).
+
+    For a batch without `responses` the tokens are all valid tokens.
+    """
+    if "responses" in tensors.keys():
+        tokens = response_mask_of(tensors).sum()
+    else:
+        tokens = tensors["attention_mask"].sum()
+    counts = torch.tensor([int(tokens), int(tensors.batch_size[0])], dtype=torch.long)
+    if dist.is_initialized():
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
+    return int(counts[0]), int(counts[1])
