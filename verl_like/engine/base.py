@@ -120,7 +120,7 @@ class TrainEngine(abc.ABC):
 
     @abc.abstractmethod
     def offload(self) -> None:
-        """Moves what the config says (parameters, optimizer state) to CPU memory; a no-op on CPU."""
+        """Moves what the config says (parameters, optimizer state) to CPU memory until `onload`."""
 
     @abc.abstractmethod
     def onload(self) -> None:

@@ -48,9 +48,10 @@ class EngineConfig:
       use_remove_padding: pack the valid tokens of a micro-batch into one row (no padding in the forward pass);
         position ids restart per sequence and the attention backend keeps sequences apart.
 
-    Memory (GPU only; no-ops on CPU)
+    Memory
       param_offload / optimizer_offload: `offload()` moves parameters / optimizer state to CPU memory between
-        phases and `onload()` brings them back.
+        phases and `onload()` brings them back (on CPU the move is a no-op; with param_offload the engine refuses
+        to compute between the two calls, on every device).
 
     Other
       reshard_after_forward: FSDP frees all-gathered parameters after each layer's forward (less memory, one more

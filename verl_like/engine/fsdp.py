@@ -242,19 +242,18 @@ class FSDPEngine(TrainEngine):
         dist.barrier(group=self.group)
 
     def offload(self) -> None:
-        if not is_cuda_available():
-            return
+        # On CPU the moves are no-ops, but the bookkeeping (and the onload() requirement) is the same as on GPU.
         if self.config.param_offload and not self._params_offloaded:
             self.model.to("cpu")
             self._params_offloaded = True
         if self.config.optimizer_offload and not self._optimizer_offloaded:
             self._move_optimizer_state(torch.device("cpu"))
             self._optimizer_offloaded = True
-        torch.cuda.empty_cache()
+        if is_cuda_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
 
     def onload(self) -> None:
-        if not is_cuda_available():
-            return
         if self._params_offloaded:
             self.model.to(self.device)
             self._params_offloaded = False
@@ -267,5 +266,3 @@ class FSDPEngine(TrainEngine):
             for key, value in state.items():
                 if isinstance(value, torch.Tensor) and key != "step":  # AdamW keeps `step` where it wants it
                     state[key] = value.to(device, non_blocking=True)
-        if device.type == "cpu":
-            torch.cuda.synchronize()

@@ -177,15 +177,27 @@ def export(ctx):
 
 
 def offload_round_trip(ctx):
+    """offload() -> the engine refuses to compute -> onload() -> same outputs, and training goes on."""
     engine = _engine(ctx["model_dir"], param_offload=True, optimizer_offload=True)
     local = _local(ctx["batch"], ctx["rank"], 4)
     engine.forward_backward(local, policy_loss)
     engine.optimizer_step()
     before = engine.forward(local)
     engine.offload()
+    try:
+        engine.forward(local)
+        refused = None
+    except RuntimeError as exc:
+        refused = str(exc)
     engine.onload()
     after = engine.forward(local)
-    return {"equal": torch.equal(before.batch["log_probs"], after.batch["log_probs"])}
+    engine.forward_backward(local, policy_loss)
+    grad_norm = engine.optimizer_step()
+    return {
+        "equal": torch.equal(before.batch["log_probs"], after.batch["log_probs"]),
+        "refused": refused,
+        "grad_norm_after_onload": grad_norm,
+    }
 
 
 def planning_errors(ctx):

@@ -21,8 +21,11 @@ def test_non_finite_gradient_skips_the_update_but_counts_the_step(engine_runs):
         assert result["global_step"] == 1
 
 
-def test_offload_and_onload_are_no_ops_on_cpu(engine_runs):
-    assert all(result["equal"] for result in engine_runs.get("offload_round_trip"))
+def test_offload_refuses_compute_until_onload_and_then_changes_nothing(engine_runs):
+    for result in engine_runs.get("offload_round_trip"):
+        assert result["refused"] == "FSDPEngine.forward: parameters are offloaded to CPU; call onload() first"
+        assert result["equal"]
+        assert math.isfinite(result["grad_norm_after_onload"]) and result["grad_norm_after_onload"] > 0
 
 
 def test_a_rank_with_too_few_rows_fails_every_rank_with_the_same_error(engine_runs):
