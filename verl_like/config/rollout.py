@@ -1,0 +1,163 @@
+"""RolloutConfig: the `actor_rollout_ref.rollout` node (verl's key names), frozen and validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ROLLOUT_NAMES = ("vllm", "hf")
+ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+LOAD_FORMATS = ("dummy", "auto", "safetensors")
+WEIGHT_SYNC_MODES = ("sliced", "full")
+
+
+def _check_sampling(prefix: str, temperature: float, top_p: float, top_k: int, n: int, do_sample: bool) -> None:
+    if n < 1:
+        raise ValueError(f"{prefix}n={n} must be >= 1")
+    # temperature=0 is allowed with do_sample=True: verl users write it for greedy decoding.
+    if temperature < 0:
+        raise ValueError(f"{prefix}temperature={temperature} must be >= 0 (0 means greedy)")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"{prefix}top_p={top_p} must be in (0, 1]")
+    if top_k < -1:
+        raise ValueError(f"{prefix}top_k={top_k} must be >= 1, or -1 / 0 to keep every token")
+
+
+@dataclass(frozen=True)
+class RolloutValKwargs:
+    """Sampling for validation rollouts (`actor_rollout_ref.rollout.val_kwargs`); fields as in RolloutConfig.
+
+    The default is greedy decoding with one sample per prompt.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    n: int = 1
+    do_sample: bool = False
+
+    def __post_init__(self) -> None:
+        _check_sampling("rollout.val_kwargs.", self.temperature, self.top_p, self.top_k, self.n, self.do_sample)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How the rollout engine is built and samples (`actor_rollout_ref.rollout`).
+
+    Engine
+      name: "vllm" (in-process vLLM engine in every worker) or "hf" (HF `generate`, the fallback for models vLLM
+        lacks; TP 1 only).
+      tensor_model_parallel_size: vLLM TP size; must divide the worker group's world size (rollout DP size is
+        world / TP, and TP groups are consecutive ranks).
+      dtype: vLLM weight/activation dtype: "auto" (the checkpoint's), "float32", "bfloat16" or "float16".
+      gpu_memory_utilization: fraction of device memory vLLM may take (weights + KV cache), in (0, 1].
+      enforce_eager: skip torch.compile and CUDA graphs (fast start; graphs speed up GPU decoding).
+      free_cache_engine: put the engine to sleep after each generation (on GPU: KV cache freed, weights
+        offloaded) and wake it, in stages, for the next one.
+      load_format: "dummy" starts vLLM from random weights and the worker syncs the actor's weights into it at
+        init (verl's default: nothing is read twice); "auto"/"safetensors" read the checkpoint first.
+      enable_prefix_caching: reuse KV of shared prompt prefixes (reset after every weight sync).
+      max_model_len: prompt + response limit of the engine; None uses prompt_length + response_length.
+      max_num_seqs: most sequences in one vLLM scheduler step.
+      seed: engine seed; a rollout call with a seed gives reproducible samples.
+
+    Sampling (training rollouts)
+      temperature: logits are divided by it; 0 means greedy.
+      top_p: nucleus mass in (0, 1]. top_k: keep the k most likely tokens; -1 (or 0) keeps every token.
+      do_sample: False means greedy whatever the temperature.
+      n: samples per prompt (GRPO's group size).
+      ignore_eos: keep generating past eos until response_length.
+      prompt_length: the longest prompt (tokens) the engine accepts. response_length: max new tokens per sample,
+        also the width of the `responses` tensor.
+      val_kwargs: sampling of validation rollouts (see RolloutValKwargs).
+
+    Weight sync (hybrid engine: actor FSDP shards -> rollout TP shards, after every actor update)
+      update_weights_bucket_megabytes: the most bytes of weights in flight per bucket; bounds the extra memory of
+        a sync to about one bucket.
+      weight_sync_mode: "sliced" (each TP group gathers among its own ranks; each rollout rank receives only its
+        TP slice) or "full" (full tensors through vLLM's own loader: the reference path and the fallback for
+        layouts the slice plan does not know).
+      weight_sync_timeout_s: timeout of every collective of a sync; a rank that does not arrive raises an
+        error naming it.
+    """
+
+    name: str = "vllm"
+    tensor_model_parallel_size: int = 1
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.5
+    enforce_eager: bool = True
+    free_cache_engine: bool = True
+    load_format: str = "dummy"
+    enable_prefix_caching: bool = True
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    seed: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = True
+    n: int = 1
+    ignore_eos: bool = False
+    prompt_length: int = 512
+    response_length: int = 512
+    val_kwargs: RolloutValKwargs = field(default_factory=RolloutValKwargs)
+    update_weights_bucket_megabytes: int = 512
+    weight_sync_mode: str = "sliced"
+    weight_sync_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.name not in ROLLOUT_NAMES:
+            raise ValueError(f"rollout.name={self.name!r} is not one of {ROLLOUT_NAMES}")
+        if self.tensor_model_parallel_size < 1:
+            raise ValueError(f"rollout.tensor_model_parallel_size={self.tensor_model_parallel_size} must be >= 1")
+        if self.name == "hf" and self.tensor_model_parallel_size != 1:
+            raise ValueError(
+                f"rollout.name='hf' runs without tensor parallelism; set rollout.tensor_model_parallel_size=1 "
+                f"(got {self.tensor_model_parallel_size}) or use rollout.name='vllm'"
+            )
+        if self.dtype not in ROLLOUT_DTYPES:
+            raise ValueError(f"rollout.dtype={self.dtype!r} is not one of {ROLLOUT_DTYPES}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"rollout.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        if self.load_format not in LOAD_FORMATS:
+            raise ValueError(f"rollout.load_format={self.load_format!r} is not one of {LOAD_FORMATS}")
+        if self.prompt_length < 1 or self.response_length < 1:
+            raise ValueError(
+                f"rollout.prompt_length={self.prompt_length} and rollout.response_length={self.response_length} "
+                "must both be >= 1"
+            )
+        if self.max_model_len is not None and self.max_model_len < self.prompt_length + self.response_length:
+            raise ValueError(
+                f"rollout.max_model_len={self.max_model_len} is below prompt_length + response_length = "
+                f"{self.prompt_length + self.response_length}; raise it or leave it unset (null)"
+            )
+        if self.max_num_seqs < 1:
+            raise ValueError(f"rollout.max_num_seqs={self.max_num_seqs} must be >= 1")
+        _check_sampling("rollout.", self.temperature, self.top_p, self.top_k, self.n, self.do_sample)
+        if self.update_weights_bucket_megabytes < 1:
+            raise ValueError(
+                f"rollout.update_weights_bucket_megabytes={self.update_weights_bucket_megabytes} must be >= 1"
+            )
+        if self.weight_sync_mode not in WEIGHT_SYNC_MODES:
+            raise ValueError(f"rollout.weight_sync_mode={self.weight_sync_mode!r} is not one of {WEIGHT_SYNC_MODES}")
+        if not self.weight_sync_timeout_s > 0:
+            raise ValueError(f"rollout.weight_sync_timeout_s={self.weight_sync_timeout_s} must be > 0")
+
+    @property
+    def engine_max_model_len(self) -> int:
+        """The engine's context limit: max_model_len, or prompt_length + response_length when unset."""
+        return self.max_model_len or self.prompt_length + self.response_length
+
+    @property
+    def bucket_bytes(self) -> int:
+        """update_weights_bucket_megabytes in bytes."""
+        return self.update_weights_bucket_megabytes << 20
+
+    def rollout_dp_size(self, world_size: int) -> int:
+        """Rollout data-parallel size for a worker group of `world_size` ranks (world / TP)."""
+        tp = self.tensor_model_parallel_size
+        if world_size % tp:
+            raise ValueError(
+                f"rollout.tensor_model_parallel_size={tp} does not divide the {world_size} ranks of the actor-rollout "
+                "group; choose a TP size that divides trainer.nnodes * trainer.n_gpus_per_node"
+            )
+        return world_size // tp
