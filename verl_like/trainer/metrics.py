@@ -1,0 +1,71 @@
+"""Per-step metrics computed on the driver from the finished batch and the phase timings."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from verl_like.protocol import DataProto
+
+
+@contextmanager
+def timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the wall time of the block to timings[name] (seconds)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    if values.numel() == 0:
+        return {}
+    values = values.double()
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(), f"{prefix}/min": values.min().item()}
+
+
+def data_metrics(batch: DataProto, max_response_length: int) -> dict[str, float]:
+    """Score, reward, advantage, return, value and length statistics of one training batch."""
+    b = batch.batch
+    mask = b["response_mask"].bool()
+    response_length = mask.sum(-1).double()
+    prompt_length = b["attention_mask"][:, : -b["responses"].shape[1]].sum(-1).double()
+    metrics: dict[str, float] = {}
+    metrics.update(_stats("critic/score", b["token_level_scores"].sum(-1)))
+    metrics.update(_stats("critic/rewards", b["token_level_rewards"].sum(-1)))
+    metrics.update(_stats("critic/advantages", b["advantages"][mask]))
+    metrics.update(_stats("critic/returns", b["returns"][mask]))
+    if "values" in b.keys():
+        metrics.update(_stats("critic/values", b["values"][mask]))
+        returns, values = b["returns"][mask].double(), b["values"][mask].double()
+        var = returns.var() if returns.numel() > 1 else torch.tensor(0.0, dtype=torch.float64)
+        metrics["critic/vf_explained_var"] = (1.0 - (returns - values).var() / (var + 1e-8)).item() if returns.numel() > 1 else 0.0
+    metrics.update(_stats("response_length", response_length))
+    metrics["response_length/clip_ratio"] = (response_length >= max_response_length).double().mean().item()
+    metrics.update(_stats("prompt_length", prompt_length))
+    return metrics
+
+
+def throughput_metrics(batch: DataProto, timings: dict[str, float], world_size: int) -> dict[str, float]:
+    """Tokens per second of the step (prompt + response tokens), overall and per worker."""
+    tokens = float(batch.batch["attention_mask"].sum().item())
+    step_s = timings.get("step", 0.0)
+    metrics = {"perf/total_num_tokens": tokens}
+    if step_s > 0:
+        metrics["perf/throughput"] = tokens / step_s
+        metrics["perf/throughput_per_worker"] = tokens / step_s / world_size
+    if timings.get("gen", 0.0) > 0:
+        generated = float(batch.batch["response_mask"].sum().item())
+        metrics["perf/rollout_tokens_per_s"] = generated / timings["gen"]
+    return metrics
+
+
+def estimate_mfu(tokens: float, seconds: float, num_params: int, peak_flops: float, passes: float) -> float:
+    """Model FLOPs utilisation: `passes` × 2 × params FLOPs per token (6 for forward+backward) over peak."""
+    if seconds <= 0 or peak_flops <= 0:
+        return 0.0
+    return passes * 2.0 * num_params * tokens / seconds / peak_flops
