@@ -1,0 +1,1 @@
+"""The driver side: the PPO trainer loop, its metrics and checkpoints."""
