@@ -1,0 +1,309 @@
+"""Frozen configs of the actor (`actor_rollout_ref.actor`) and the optimizer / FSDP nodes it shares with the critic.
+
+Key names follow verl. Batch sizes are *global* and counted in *samples* (responses): `ppo_mini_batch_size` is
+verl's user-facing value (in prompts) already multiplied by `rollout.n`, so that one number means one thing
+everywhere below the root config. The root config does that multiplication once; workers divide by their
+data-parallel size at run time (`mini_batch_size_per_rank`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+# The package import registers every built-in loss and KL estimator before the names are checked.
+from verl_like.algorithms import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, PolicyLossConfig
+from verl_like.engine.config import LR_SCHEDULERS, EngineConfig
+
+# verl writes dtypes as "fp32" / "bf16"; the engine wants torch's names.
+_DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+
+def _canonical_dtype(key: str, value: str | None, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if value not in _DTYPE_ALIASES:
+        allowed = sorted(_DTYPE_ALIASES) + (["null"] if optional else [])
+        raise ValueError(f"{key}={value!r} is not a known dtype; use one of {allowed}")
+    return _DTYPE_ALIASES[value]
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW and its learning-rate schedule (`<role>.optim`).
+
+    lr, weight_decay, betas, eps: AdamW's.
+    lr_warmup_steps: linear warmup steps; negative (verl's -1) means "use lr_warmup_steps_ratio".
+    lr_warmup_steps_ratio: warmup as a fraction of the run's optimizer steps (needs total_training_steps).
+    lr_scheduler_type: "constant" or "cosine" after warmup; cosine decays to min_lr_ratio * lr at the last step.
+    min_lr_ratio: floor of the cosine schedule, in [0, 1].
+    The role config that holds this node validates it (`validate`), so errors name the full key.
+    """
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    lr_warmup_steps: int = -1
+    lr_warmup_steps_ratio: float = 0.0
+    lr_scheduler_type: str = "constant"
+    min_lr_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+    def validate(self, p: str) -> None:
+        """Raises a ValueError naming `p`.<key> (p: this node's dotted path) for an invalid value."""
+        if not self.lr >= 0:
+            raise ValueError(f"{p}.lr={self.lr} must be >= 0")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"{p}.weight_decay={self.weight_decay} must be >= 0")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"{p}.betas={list(self.betas)} must be two numbers in [0, 1), e.g. [0.9, 0.999]")
+        if not self.eps > 0:
+            raise ValueError(f"{p}.eps={self.eps} must be > 0")
+        if not 0.0 <= self.lr_warmup_steps_ratio < 1.0:
+            raise ValueError(f"{p}.lr_warmup_steps_ratio={self.lr_warmup_steps_ratio} must lie in [0, 1)")
+        if self.lr_scheduler_type not in LR_SCHEDULERS:
+            raise ValueError(f"{p}.lr_scheduler_type={self.lr_scheduler_type!r} must be one of {LR_SCHEDULERS}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"{p}.min_lr_ratio={self.min_lr_ratio} must lie in [0, 1]")
+
+    def warmup_steps(self, total_training_steps: int | None, p: str) -> int:
+        """Warmup steps: `lr_warmup_steps` when >= 0, else `lr_warmup_steps_ratio * total_training_steps`."""
+        if self.lr_warmup_steps >= 0:
+            return self.lr_warmup_steps
+        if self.lr_warmup_steps_ratio == 0.0:
+            return 0
+        if total_training_steps is None:
+            raise ValueError(
+                f"{p}.lr_warmup_steps_ratio={self.lr_warmup_steps_ratio} needs the run's number of optimizer "
+                f"steps; pass total_training_steps, or set {p}.lr_warmup_steps instead"
+            )
+        return int(self.lr_warmup_steps_ratio * total_training_steps)
+
+
+@dataclass(frozen=True)
+class FSDPConfig:
+    """FSDP2 options of one model (`<role>.fsdp_config`).
+
+    model_dtype: dtype of the stored parameters and AdamW state: "float32"/"fp32" or "bfloat16"/"bf16".
+    param_dtype / reduce_dtype: mixed precision (compute in param_dtype, reduce gradients in reduce_dtype);
+      null keeps model_dtype. Typical on GPU: model_dtype fp32, param_dtype bf16, reduce_dtype fp32.
+    param_offload / optimizer_offload: move parameters / optimizer state to CPU memory between phases.
+    reshard_after_forward: free gathered parameters after each layer's forward (less memory, more traffic).
+    The role config that holds this node validates it (`validate`), so errors name the full key.
+    """
+
+    model_dtype: str = "float32"
+    param_dtype: str | None = None
+    reduce_dtype: str | None = None
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    reshard_after_forward: bool = True
+
+    def __post_init__(self) -> None:
+        for key in ("model_dtype", "param_dtype", "reduce_dtype"):  # verl's aliases (fp32, bf16) -> torch names
+            value = getattr(self, key)
+            object.__setattr__(self, key, _DTYPE_ALIASES.get(value, value))
+
+    def validate(self, p: str) -> None:
+        """Raises a ValueError naming `p`.<key> (p: this node's dotted path) for an unknown dtype."""
+        _canonical_dtype(f"{p}.model_dtype", self.model_dtype, False)
+        _canonical_dtype(f"{p}.param_dtype", self.param_dtype, True)
+        _canonical_dtype(f"{p}.reduce_dtype", self.reduce_dtype, True)
+
+
+
+class PPOUpdateNode(Protocol):
+    """The keys the actor and critic nodes share; the helpers below work on either."""
+
+    PREFIX: ClassVar[str]
+    ppo_mini_batch_size: int
+    ppo_micro_batch_size_per_gpu: int | None
+    use_dynamic_bsz: bool
+    ppo_max_token_len_per_gpu: int
+    ppo_epochs: int
+    grad_clip: float | None
+    optim: OptimConfig
+    fsdp_config: FSDPConfig
+    use_remove_padding: bool
+    gradient_checkpointing: bool
+
+
+def check_ppo_update_node(node: PPOUpdateNode) -> None:
+    """Validation shared by the actor and critic nodes; errors name `node.PREFIX`.<key>."""
+    p = node.PREFIX
+    node.optim.validate(f"{p}.optim")
+    node.fsdp_config.validate(f"{p}.fsdp_config")
+    if node.ppo_mini_batch_size < 1:
+        raise ValueError(f"{p}.ppo_mini_batch_size={node.ppo_mini_batch_size} must be >= 1 (samples per step)")
+    micro = node.ppo_micro_batch_size_per_gpu
+    if node.use_dynamic_bsz:
+        if node.ppo_max_token_len_per_gpu < 1:
+            raise ValueError(
+                f"{p}.ppo_max_token_len_per_gpu={node.ppo_max_token_len_per_gpu} must be >= 1 with use_dynamic_bsz"
+            )
+    elif micro is None:
+        raise ValueError(f"{p}.ppo_micro_batch_size_per_gpu is unset; set it (e.g. 4) or set {p}.use_dynamic_bsz=true")
+    if micro is not None and micro < 1:
+        raise ValueError(f"{p}.ppo_micro_batch_size_per_gpu={micro} must be >= 1")
+    if node.ppo_epochs < 1:
+        raise ValueError(f"{p}.ppo_epochs={node.ppo_epochs} must be >= 1")
+    if node.grad_clip is not None and not node.grad_clip > 0:
+        raise ValueError(f"{p}.grad_clip={node.grad_clip} must be > 0, or null to report the norm without clipping")
+
+
+def mini_batch_size_per_rank(node: PPOUpdateNode, dp_size: int) -> int:
+    """Samples of one mini-batch on each data-parallel rank; raises unless the global size divides evenly."""
+    if node.ppo_mini_batch_size % dp_size:
+        raise ValueError(
+            f"{node.PREFIX}.ppo_mini_batch_size={node.ppo_mini_batch_size} (samples) is not divisible by the "
+            f"data-parallel size {dp_size}; set it to a multiple of {dp_size}"
+        )
+    return node.ppo_mini_batch_size // dp_size
+
+
+def build_engine_config(
+    node: PPOUpdateNode, model_kind: str, model_path: str, total_training_steps: int | None, seed: int
+) -> EngineConfig:
+    """The EngineConfig of the actor or critic node."""
+    optim, fsdp = node.optim, node.fsdp_config
+    if optim.lr_scheduler_type == "cosine" and total_training_steps is None:
+        raise ValueError(
+            f"{node.PREFIX}.optim.lr_scheduler_type='cosine' needs the run's number of optimizer steps; pass "
+            "total_training_steps (the trainer computes it from the data size and epochs)"
+        )
+    return EngineConfig(
+        model_path=model_path,
+        model_kind=model_kind,
+        dtype=fsdp.model_dtype,
+        param_dtype=fsdp.param_dtype,
+        reduce_dtype=fsdp.reduce_dtype,
+        gradient_checkpointing=node.gradient_checkpointing,
+        lr=optim.lr,
+        weight_decay=optim.weight_decay,
+        betas=optim.betas,
+        eps=optim.eps,
+        lr_scheduler=optim.lr_scheduler_type,
+        warmup_steps=optim.warmup_steps(total_training_steps, f"{node.PREFIX}.optim"),
+        total_steps=total_training_steps,
+        min_lr_ratio=optim.min_lr_ratio,
+        grad_clip=node.grad_clip,
+        # With dynamic batching the engine ignores the row count; 1 is a valid placeholder.
+        micro_batch_size_per_rank=node.ppo_micro_batch_size_per_gpu or 1,
+        use_dynamic_bsz=node.use_dynamic_bsz,
+        max_tokens_per_rank=node.ppo_max_token_len_per_gpu if node.use_dynamic_bsz else None,
+        use_remove_padding=node.use_remove_padding,
+        param_offload=fsdp.param_offload,
+        optimizer_offload=fsdp.optimizer_offload,
+        reshard_after_forward=fsdp.reshard_after_forward,
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True)
+class PolicyLossOptions:
+    """`actor_rollout_ref.actor.policy_loss`: loss_mode names a registered policy loss (vanilla, gspo, gpg, ...)."""
+
+    loss_mode: str = "vanilla"
+
+    def __post_init__(self) -> None:
+        if self.loss_mode not in POLICY_LOSSES:
+            raise ValueError(
+                f"actor_rollout_ref.actor.policy_loss.loss_mode={self.loss_mode!r} is not registered; "
+                f"choose one of {POLICY_LOSSES.names()}"
+            )
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """`actor_rollout_ref.actor`: the policy's PPO update.
+
+    Batches
+      ppo_mini_batch_size: samples (responses, i.e. prompts * rollout.n) per optimizer step, over all DP ranks.
+      ppo_micro_batch_size_per_gpu: samples per forward/backward on one rank (gradient accumulation); may be
+        null with use_dynamic_bsz.
+      use_dynamic_bsz / ppo_max_token_len_per_gpu: micro-batches by token budget instead of row count.
+      ppo_epochs: passes over the batch per update; shuffle: shuffle the rows before each pass (the same
+        permutation on every rank, seeded by data_loader_seed, the update's step and the epoch).
+    Loss
+      clip_ratio: default of clip_ratio_low / clip_ratio_high when those are null.
+      clip_ratio_low / clip_ratio_high: ratio clipped to [1 - low, 1 + high] (DAPO's clip-higher: high > low).
+      clip_ratio_c: dual-clip bound for negative advantages (> 1), or null to disable.
+      loss_agg_mode: token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm.
+      loss_scale_factor: Dr.GRPO's constant for seq-mean-token-sum-norm (null: padded response length).
+      policy_loss.loss_mode: the registered policy loss.
+      entropy_coeff: weight of the entropy bonus (0 skips computing entropy in the update).
+      use_kl_loss / kl_loss_coef / kl_loss_type: KL to the reference policy as a loss term (needs
+        "ref_log_probs" in the batch); kl_loss_type names a KL estimator (k1, k2, k3, low_var_kl, ...).
+    Optimisation
+      grad_clip: global gradient-norm clip, or null to only report the norm.
+      optim: OptimConfig; fsdp_config: FSDPConfig.
+    Model execution
+      use_remove_padding: pack sequences (no padding tokens in the forward pass).
+      gradient_checkpointing: recompute decoder-layer activations in backward.
+    """
+
+    ppo_mini_batch_size: int = 256
+    ppo_micro_batch_size_per_gpu: int | None = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    data_loader_seed: int = 0
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float | None = 3.0
+    loss_agg_mode: str = "token-mean"
+    loss_scale_factor: float | None = None
+    policy_loss: PolicyLossOptions = field(default_factory=PolicyLossOptions)
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    grad_clip: float | None = 1.0
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    use_remove_padding: bool = False
+    gradient_checkpointing: bool = False
+
+    PREFIX: ClassVar[str] = "actor_rollout_ref.actor"
+
+    def __post_init__(self) -> None:
+        p = self.PREFIX
+        check_ppo_update_node(self)
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"{p}.loss_agg_mode={self.loss_agg_mode!r} must be one of {LOSS_AGG_MODES}")
+        if self.loss_scale_factor is not None:
+            if self.loss_agg_mode != "seq-mean-token-sum-norm":
+                raise ValueError(
+                    f"{p}.loss_scale_factor is only used by loss_agg_mode='seq-mean-token-sum-norm', not "
+                    f"{self.loss_agg_mode!r}; set it to null"
+                )
+            if not self.loss_scale_factor > 0:
+                raise ValueError(f"{p}.loss_scale_factor={self.loss_scale_factor} must be > 0")
+        if self.kl_loss_type not in KL_ESTIMATORS:
+            raise ValueError(f"{p}.kl_loss_type={self.kl_loss_type!r} must be one of {KL_ESTIMATORS.names()}")
+        if not self.kl_loss_coef >= 0:
+            raise ValueError(f"{p}.kl_loss_coef={self.kl_loss_coef} must be >= 0")
+        if not self.clip_ratio >= 0:
+            raise ValueError(f"{p}.clip_ratio={self.clip_ratio} must be >= 0")
+        self.policy_loss_config()  # validates the resolved clip range with the key names
+
+    def policy_loss_config(self) -> PolicyLossConfig:
+        """The clip settings, with clip_ratio_low / clip_ratio_high falling back to clip_ratio."""
+        low = self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
+        high = self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
+        return PolicyLossConfig(clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=self.clip_ratio_c)
+
+    def mini_batch_size_per_rank(self, dp_size: int) -> int:
+        """ppo_mini_batch_size / dp_size; raises naming the key when it does not divide."""
+        return mini_batch_size_per_rank(self, dp_size)
+
+    def to_engine_config(
+        self, model_path: str, *, total_training_steps: int | None = None, seed: int = 0
+    ) -> EngineConfig:
+        """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio)."""
+        return build_engine_config(self, "causal_lm", model_path, total_training_steps, seed)

@@ -1,0 +1,75 @@
+"""Frozen config of the critic (`critic`): the value model's PPO update.
+
+Batch sizes follow the actor's convention (verl_like/config/actor.py): global, counted in samples (prompts times
+`rollout.n`); workers divide by their data-parallel size at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from verl_like.algorithms.aggregation import LOSS_AGG_MODES
+from verl_like.config.actor import (
+    FSDPConfig,
+    OptimConfig,
+    build_engine_config,
+    check_ppo_update_node,
+    mini_batch_size_per_rank,
+)
+from verl_like.engine.config import EngineConfig
+
+
+def _critic_optim() -> OptimConfig:
+    return OptimConfig(lr=1e-5)  # critics usually train faster than the policy
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    """`critic`: PPO value-function training.
+
+    ppo_mini_batch_size: samples per optimizer step, over all DP ranks.
+    ppo_micro_batch_size_per_gpu / use_dynamic_bsz / ppo_max_token_len_per_gpu: micro-batches per rank, by row
+      count or by token budget (as the actor's).
+    ppo_epochs / shuffle / data_loader_seed: passes over the batch, row shuffling before each (as the actor's).
+    cliprange_value: PPO2 value clipping around the rollout-time values (> 0), or null for no clipping.
+    loss_agg_mode: aggregation of the per-token value loss (token-mean, seq-mean-token-sum, ...).
+    grad_clip: global gradient-norm clip, or null to only report the norm.
+    optim: OptimConfig (default lr 1e-5); fsdp_config: FSDPConfig.
+    use_remove_padding / gradient_checkpointing: as the actor's.
+    """
+
+    ppo_mini_batch_size: int = 256
+    ppo_micro_batch_size_per_gpu: int | None = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 32768
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    data_loader_seed: int = 0
+    cliprange_value: float | None = 0.5
+    loss_agg_mode: str = "token-mean"
+    grad_clip: float | None = 1.0
+    optim: OptimConfig = field(default_factory=_critic_optim)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    use_remove_padding: bool = False
+    gradient_checkpointing: bool = False
+
+    PREFIX: ClassVar[str] = "critic"
+
+    def __post_init__(self) -> None:
+        p = self.PREFIX
+        check_ppo_update_node(self)
+        if self.cliprange_value is not None and not self.cliprange_value > 0:
+            raise ValueError(f"{p}.cliprange_value={self.cliprange_value} must be > 0, or null to disable clipping")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"{p}.loss_agg_mode={self.loss_agg_mode!r} must be one of {LOSS_AGG_MODES}")
+
+    def mini_batch_size_per_rank(self, dp_size: int) -> int:
+        """ppo_mini_batch_size / dp_size; raises naming the key when it does not divide."""
+        return mini_batch_size_per_rank(self, dp_size)
+
+    def to_engine_config(
+        self, model_path: str, *, total_training_steps: int | None = None, seed: int = 0
+    ) -> EngineConfig:
+        """The value-model EngineConfig of the critic (a causal-LM checkpoint gets a fresh value head from seed)."""
+        return build_engine_config(self, "value", model_path, total_training_steps, seed)
