@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from verl_like.config.errors import ConfigError
+
+_P = "actor_rollout_ref.rollout"
+
 ROLLOUT_NAMES = ("vllm", "hf")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
@@ -12,14 +16,14 @@ WEIGHT_SYNC_MODES = ("sliced", "full")
 
 def _check_sampling(prefix: str, temperature: float, top_p: float, top_k: int, n: int, do_sample: bool) -> None:
     if n < 1:
-        raise ValueError(f"{prefix}n={n} must be >= 1")
+        raise ConfigError(f"{prefix}n={n} must be >= 1")
     # temperature=0 is allowed with do_sample=True: verl users write it for greedy decoding.
     if temperature < 0:
-        raise ValueError(f"{prefix}temperature={temperature} must be >= 0 (0 means greedy)")
+        raise ConfigError(f"{prefix}temperature={temperature} must be >= 0 (0 means greedy)")
     if not 0 < top_p <= 1:
-        raise ValueError(f"{prefix}top_p={top_p} must be in (0, 1]")
+        raise ConfigError(f"{prefix}top_p={top_p} must be in (0, 1]")
     if top_k < -1:
-        raise ValueError(f"{prefix}top_k={top_k} must be >= 1, or -1 / 0 to keep every token")
+        raise ConfigError(f"{prefix}top_k={top_k} must be >= 1, or -1 / 0 to keep every token")
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class RolloutValKwargs:
     do_sample: bool = False
 
     def __post_init__(self) -> None:
-        _check_sampling("rollout.val_kwargs.", self.temperature, self.top_p, self.top_k, self.n, self.do_sample)
+        _check_sampling(f"{_P}.val_kwargs.", self.temperature, self.top_p, self.top_k, self.n, self.do_sample)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,10 @@ class RolloutConfig:
         also the width of the `responses` tensor.
       val_kwargs: sampling of validation rollouts (see RolloutValKwargs).
 
+    Log-probs of the rollout's samples under the current actor (`compute_log_prob`, the "old" log-probs)
+      log_prob_micro_batch_size_per_gpu: samples per forward on one rank; null uses the actor's micro-batch size.
+      log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead.
+
     Weight sync (hybrid engine: actor FSDP shards -> rollout TP shards, after every actor update)
       update_weights_bucket_megabytes: the most bytes of weights in flight per bucket; bounds the extra memory of
         a sync to about one bucket.
@@ -100,47 +108,57 @@ class RolloutConfig:
     prompt_length: int = 512
     response_length: int = 512
     val_kwargs: RolloutValKwargs = field(default_factory=RolloutValKwargs)
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
     update_weights_bucket_megabytes: int = 512
     weight_sync_mode: str = "sliced"
     weight_sync_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.name not in ROLLOUT_NAMES:
-            raise ValueError(f"rollout.name={self.name!r} is not one of {ROLLOUT_NAMES}")
+            raise ConfigError(f"{_P}.name={self.name!r} is not one of {ROLLOUT_NAMES}")
         if self.tensor_model_parallel_size < 1:
-            raise ValueError(f"rollout.tensor_model_parallel_size={self.tensor_model_parallel_size} must be >= 1")
+            raise ConfigError(f"{_P}.tensor_model_parallel_size={self.tensor_model_parallel_size} must be >= 1")
         if self.name == "hf" and self.tensor_model_parallel_size != 1:
-            raise ValueError(
-                f"rollout.name='hf' runs without tensor parallelism; set rollout.tensor_model_parallel_size=1 "
-                f"(got {self.tensor_model_parallel_size}) or use rollout.name='vllm'"
+            raise ConfigError(
+                f"{_P}.name='hf' runs without tensor parallelism; set {_P}.tensor_model_parallel_size=1 "
+                f"(got {self.tensor_model_parallel_size}) or use {_P}.name='vllm'"
             )
         if self.dtype not in ROLLOUT_DTYPES:
-            raise ValueError(f"rollout.dtype={self.dtype!r} is not one of {ROLLOUT_DTYPES}")
+            raise ConfigError(f"{_P}.dtype={self.dtype!r} is not one of {ROLLOUT_DTYPES}")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"rollout.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+            raise ConfigError(f"{_P}.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
         if self.load_format not in LOAD_FORMATS:
-            raise ValueError(f"rollout.load_format={self.load_format!r} is not one of {LOAD_FORMATS}")
+            raise ConfigError(f"{_P}.load_format={self.load_format!r} is not one of {LOAD_FORMATS}")
         if self.prompt_length < 1 or self.response_length < 1:
-            raise ValueError(
-                f"rollout.prompt_length={self.prompt_length} and rollout.response_length={self.response_length} "
+            raise ConfigError(
+                f"{_P}.prompt_length={self.prompt_length} and {_P}.response_length={self.response_length} "
                 "must both be >= 1"
             )
         if self.max_model_len is not None and self.max_model_len < self.prompt_length + self.response_length:
-            raise ValueError(
-                f"rollout.max_model_len={self.max_model_len} is below prompt_length + response_length = "
+            raise ConfigError(
+                f"{_P}.max_model_len={self.max_model_len} is below prompt_length + response_length = "
                 f"{self.prompt_length + self.response_length}; raise it or leave it unset (null)"
             )
         if self.max_num_seqs < 1:
-            raise ValueError(f"rollout.max_num_seqs={self.max_num_seqs} must be >= 1")
-        _check_sampling("rollout.", self.temperature, self.top_p, self.top_k, self.n, self.do_sample)
+            raise ConfigError(f"{_P}.max_num_seqs={self.max_num_seqs} must be >= 1")
+        _check_sampling(f"{_P}.", self.temperature, self.top_p, self.top_k, self.n, self.do_sample)
+        micro = self.log_prob_micro_batch_size_per_gpu
+        if micro is not None and micro < 1:
+            raise ConfigError(f"{_P}.log_prob_micro_batch_size_per_gpu={micro} must be >= 1, or null")
+        if self.log_prob_max_token_len_per_gpu < 1:
+            raise ConfigError(
+                f"{_P}.log_prob_max_token_len_per_gpu={self.log_prob_max_token_len_per_gpu} must be >= 1"
+            )
         if self.update_weights_bucket_megabytes < 1:
-            raise ValueError(
-                f"rollout.update_weights_bucket_megabytes={self.update_weights_bucket_megabytes} must be >= 1"
+            raise ConfigError(
+                f"{_P}.update_weights_bucket_megabytes={self.update_weights_bucket_megabytes} must be >= 1"
             )
         if self.weight_sync_mode not in WEIGHT_SYNC_MODES:
-            raise ValueError(f"rollout.weight_sync_mode={self.weight_sync_mode!r} is not one of {WEIGHT_SYNC_MODES}")
+            raise ConfigError(f"{_P}.weight_sync_mode={self.weight_sync_mode!r} is not one of {WEIGHT_SYNC_MODES}")
         if not self.weight_sync_timeout_s > 0:
-            raise ValueError(f"rollout.weight_sync_timeout_s={self.weight_sync_timeout_s} must be > 0")
+            raise ConfigError(f"{_P}.weight_sync_timeout_s={self.weight_sync_timeout_s} must be > 0")
 
     @property
     def engine_max_model_len(self) -> int:
@@ -156,8 +174,8 @@ class RolloutConfig:
         """Rollout data-parallel size for a worker group of `world_size` ranks (world / TP)."""
         tp = self.tensor_model_parallel_size
         if world_size % tp:
-            raise ValueError(
-                f"rollout.tensor_model_parallel_size={tp} does not divide the {world_size} ranks of the actor-rollout "
+            raise ConfigError(
+                f"{_P}.tensor_model_parallel_size={tp} does not divide the {world_size} ranks of the actor-rollout "
                 "group; choose a TP size that divides trainer.nnodes * trainer.n_gpus_per_node"
             )
         return world_size // tp
