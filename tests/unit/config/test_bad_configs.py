@@ -1,0 +1,112 @@
+"""Each bad config fails before anything starts, with one message naming the key(s) and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_like.config import ConfigError, load_config
+
+# (overrides, substring the message must contain). "{tmp}" is replaced by a fresh empty directory.
+BAD_CONFIGS = [
+    # unknown keys: the full dotted key and the closest valid one
+    (["data.trian_batch_size=8"], "unknown config key 'data.trian_batch_size'; did you mean 'data.train_batch_size'?"),
+    (["+actor_rollout_ref.actor.ppo_micro_batch_size=4"],
+     "did you mean 'actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu'?"),
+    (["+actor_rollout_ref.rollout.use_kl_loss=true"],
+     "unknown config key 'actor_rollout_ref.rollout.use_kl_loss'; did you mean 'actor_rollout_ref.actor.use_kl_loss'?"),
+    (["+actor_rollout_ref.model.tiny_spec.hidden=64"],
+     "unknown config key 'actor_rollout_ref.model.tiny_spec.hidden'; TinyModelSpec fields are"),
+    (["+trainer=gsm8k_grpo"], "no preset configs/trainer/gsm8k_grpo.yaml; did you mean"),
+    # wrong types: key, value and expected type
+    (["data.train_batch_size=abc"], "data.train_batch_size='abc' has the wrong type: expected int, got str"),
+    (["actor_rollout_ref.actor.use_kl_loss=maybe"], "actor_rollout_ref.actor.use_kl_loss='maybe' has the wrong type: "
+                                                     "expected bool"),
+    (["trainer.logger=console"], "trainer.logger='console' has the wrong type: expected list of str"),
+    (["actor_rollout_ref.actor.optim.lr=fast"], "actor_rollout_ref.actor.optim.lr='fast' has the wrong type: "
+                                                "expected float"),
+    (["data.train_files=???"], "data.train_files is required but left at '???'"),
+    # choices and registered names
+    (["algorithm.adv_estimator=grop"],
+     "algorithm.adv_estimator='grop' is not a registered advantage estimator; did you mean 'grpo'?"),
+    (["actor_rollout_ref.actor.policy_loss.loss_mode=ppo2"],
+     "actor_rollout_ref.actor.policy_loss.loss_mode='ppo2' is not registered"),
+    (["algorithm.kl_penalty=k9"], "algorithm.kl_penalty='k9' is not a registered KL estimator"),
+    (["trainer.logger=[console,neptune]"], "trainer.logger contains 'neptune'"),
+    (["trainer.device=tpu"], "trainer.device='tpu' must be one of"),
+    (["trainer.resume_mode=always"], "trainer.resume_mode='always' must be one of"),
+    (["actor_rollout_ref.rollout.name=sglang"], "actor_rollout_ref.rollout.name='sglang' is not one of"),
+    (["data.truncation=cut"], "data.truncation='cut' is not one of"),
+    (["reward_model.reward_manager=dapo"], "reward_model.reward_manager='dapo' is not available"),
+    (["data.train_files=synthetic:mul"], "data.train_files: unknown synthetic task 'mul'"),
+    # ranges
+    (["data.max_response_length=-1"], "data.max_response_length=-1 must be >= 1"),
+    (["data.max_prompt_length=0"], "data.max_prompt_length=0 must be >= 1"),
+    (["trainer.save_freq=0"], "trainer.save_freq=0 must be >= 1 (every N steps) or -1 (never)"),
+    (["algorithm.rollout_is_threshold=0.5"], "algorithm.rollout_is_threshold=0.5 must be > 1"),
+    (["algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.target_kl=0"],
+     "algorithm.kl_ctrl.target_kl=0.0 must be > 0"),
+    (["actor_rollout_ref.hybrid_engine=false"], "actor_rollout_ref.hybrid_engine=false (rollout on its own workers) "
+                                                "is not supported"),
+    (["+actor_rollout_ref.model.tiny_spec.hidden_size=100"], "actor_rollout_ref.model.tiny_spec: hidden_size=100"),
+    # batch sizes that do not divide
+    (["data.train_batch_size=30"],
+     "data.train_batch_size=30 is not divisible by actor_rollout_ref.actor.ppo_mini_batch_size=16"),
+    (["actor_rollout_ref.actor.ppo_mini_batch_size=64"],
+     "actor_rollout_ref.actor.ppo_mini_batch_size=64 is larger than data.train_batch_size=32"),
+    (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=24"],
+     "is not divisible by world size 2 x actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=24"),
+    (["trainer.n_gpus_per_node=3"], "64 samples is not divisible by the world size 3"),
+    (["actor_rollout_ref.rollout.tensor_model_parallel_size=4"],
+     "actor_rollout_ref.rollout.tensor_model_parallel_size=4 does not divide the world size 2"),
+    (["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=24"],
+     "x critic.ppo_micro_batch_size_per_gpu=24"),
+    # lengths across nodes
+    (["data.max_prompt_length=400", "data.max_response_length=200"],
+     "= 600 exceeds the model's max_position_embeddings=512"),
+    (["actor_rollout_ref.rollout.response_length=8"],
+     "actor_rollout_ref.rollout.response_length=8 differs from data.max_response_length=16"),
+    (["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=64"],
+     "reward_model.overlong_buffer.len=64 exceeds data.max_response_length=16"),
+    # roles
+    (["algorithm.adv_estimator=gae", "critic.enable=false"], "algorithm.adv_estimator='gae' needs a critic"),
+    (["actor_rollout_ref.rollout.n=1"], "gives every advantage 0; set actor_rollout_ref.rollout.n >= 2"),
+    (["algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.rollout.n=1",
+      "algorithm.filter_groups.enable=true"], "algorithm.filter_groups.enable=true keeps groups whose samples differ"),
+    (["trainer.critic_warmup=5"], "trainer.critic_warmup=5 needs a critic"),
+    (["reward_model.enable=true"], "reward_model.enable=true needs reward_model.model.path"),
+    # schedule, cluster
+    (["data.val_files=[]"], "ask for validation but data.val_files is empty"),
+    (["trainer.resume_mode=resume_path"], "trainer.resume_mode='resume_path' needs trainer.resume_from_path"),
+    (["trainer.resume_from_path=/ckpt/global_step_5"], "trainer.resume_from_path is set but trainer.resume_mode='auto'"),
+    (["trainer.nnodes=2"], "trainer.nnodes=2 needs a running multi-node Ray cluster"),
+    (["trainer.ray_init.num_cpus=1"], "trainer.ray_init.num_cpus=1 cannot place 2 workers"),
+    # paths
+    (["actor_rollout_ref.model.path=/nonexistent/model"],
+     "actor_rollout_ref.model.path='/nonexistent/model': no such directory"),
+    (["actor_rollout_ref.model.path={tmp}"], "has no config.json"),
+    (["data.train_files=/nonexistent/train.parquet"], "data.train_files: '/nonexistent/train.parquet' does not exist"),
+    (["custom_reward_function.path=/nonexistent/reward.py"],
+     "custom_reward_function.path='/nonexistent/reward.py' does not exist"),
+    (["custom_reward_function.path=reward.txt"], "custom_reward_function.path='reward.txt' must be a Python file"),
+    (["trainer.resume_mode=resume_path", "trainer.resume_from_path=/nonexistent/global_step_5"],
+     "trainer.resume_from_path='/nonexistent/global_step_5': no such directory"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_CONFIGS, ids=[" ".join(o) for o, _ in BAD_CONFIGS])
+def test_bad_config_fails_with_its_message(overrides, message, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    overrides = [o.replace("{tmp}", str(tmp_path)) for o in overrides]
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(overrides)
+    assert message in str(excinfo.value)
+
+
+def test_there_are_at_least_twenty_distinct_bad_configs():
+    assert len({message for _, message in BAD_CONFIGS}) >= 20
+
+
+def test_path_errors_are_skipped_without_path_checks():
+    config = load_config(["actor_rollout_ref.model.path=/nonexistent/model",
+                          "data.train_files=/nonexistent/train.parquet"], check_paths=False)
+    assert config.actor_rollout_ref.model.path == "/nonexistent/model"

@@ -1,0 +1,115 @@
+"""AlgorithmConfig: the `algorithm` node, with exactly the keys docs/algorithms.md documents."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from verl_like.algorithms.kl_control import KL_CTRL_TYPES, build_kl_controller
+from verl_like.algorithms.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, Registry
+from verl_like.algorithms.rollout_is import RolloutISConfig
+from verl_like.config.errors import ConfigError
+
+
+def check_registered(key: str, value: str, registry: Registry) -> None:
+    """ConfigError naming `key`, the closest registered name and all of them, unless `value` is registered."""
+    if value in registry:
+        return
+    names = registry.names()
+    close = difflib.get_close_matches(str(value), names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ConfigError(f"{key}={value!r} is not a registered {registry.kind}; {hint}valid names: {', '.join(names)}")
+
+
+@dataclass(frozen=True)
+class KLControlConfig:
+    """`algorithm.kl_ctrl`: the coefficient of the KL-in-reward penalty.
+
+    type: "fixed" (kl_coef stays) or "adaptive" (steers the measured KL towards target_kl over horizon samples).
+    """
+
+    type: str = "fixed"
+    kl_coef: float = 0.001
+    target_kl: float = 0.1
+    horizon: int = 10000
+
+    def __post_init__(self) -> None:
+        if self.type not in KL_CTRL_TYPES:
+            raise ConfigError(f"algorithm.kl_ctrl.type={self.type!r} must be one of {KL_CTRL_TYPES}")
+        try:
+            build_kl_controller(self.type, self.kl_coef, self.target_kl, self.horizon)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+
+
+@dataclass(frozen=True)
+class FilterGroupsConfig:
+    """`algorithm.filter_groups`: DAPO dynamic sampling.
+
+    enable: drop groups whose `metric` is equal for all samples (zero advantage) and generate more batches until
+      data.train_batch_size groups remain. metric: the per-sample value compared ("score", "acc" or any key the
+      reward function returns). max_num_gen_batches: the most generation rounds per step (>= 1); when still
+      short, the step trains on the groups it has and counts the shortfall in the metrics.
+    """
+
+    enable: bool = False
+    metric: str = "acc"
+    max_num_gen_batches: int = 10
+
+    def __post_init__(self) -> None:
+        if not self.metric:
+            raise ConfigError("algorithm.filter_groups.metric is empty; name the per-sample metric, e.g. 'acc'")
+        if self.max_num_gen_batches < 1:
+            raise ConfigError(
+                f"algorithm.filter_groups.max_num_gen_batches={self.max_num_gen_batches} must be >= 1 "
+                "(the number of generation rounds per step is bounded)"
+            )
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """How advantages and KL are computed (`algorithm`); docs/algorithms.md has every formula.
+
+    adv_estimator: a registered advantage estimator (gae, grpo, rloo, reinforce_plus_plus,
+      reinforce_plus_plus_baseline, remax, or a user's). gamma / lam: discount and GAE lambda, in [0, 1].
+    norm_adv_by_std_in_grpo: GRPO divides by the group's std (false: Dr.GRPO).
+    use_kl_in_reward / kl_penalty / kl_ctrl: KL to the reference subtracted from the reward with that estimator
+      and coefficient controller.
+    rollout_is, rollout_is_level, rollout_is_mode, rollout_is_threshold, rollout_is_threshold_lower:
+      importance-sampling correction between the rollout engine's and the trainer's log-probs.
+    filter_groups: DAPO dynamic sampling.
+    """
+
+    adv_estimator: str = "gae"
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    rollout_is: bool = False
+    rollout_is_level: str = "token"
+    rollout_is_mode: str = "truncate"
+    rollout_is_threshold: float = 2.0
+    rollout_is_threshold_lower: float | None = None
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+
+    def __post_init__(self) -> None:
+        check_registered("algorithm.adv_estimator", self.adv_estimator, ADVANTAGE_ESTIMATORS)
+        check_registered("algorithm.kl_penalty", self.kl_penalty, KL_ESTIMATORS)
+        for key in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ConfigError(f"algorithm.{key}={getattr(self, key)} must lie in [0, 1]")
+        try:
+            self.rollout_is_config()
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+
+    def rollout_is_config(self) -> RolloutISConfig:
+        """The RolloutISConfig of the `rollout_is_*` keys (used when `rollout_is` is true)."""
+        return RolloutISConfig(
+            level=self.rollout_is_level,
+            mode=self.rollout_is_mode,
+            threshold=self.rollout_is_threshold,
+            threshold_lower=self.rollout_is_threshold_lower,
+        )

@@ -1,0 +1,142 @@
+"""DerivedSizes: per-rank and per-step values computed once from the user's global sizes (nothing is rewritten).
+
+verl's batch keys are global and counted in prompts (data.train_batch_size, actor.ppo_mini_batch_size,
+critic.ppo_mini_batch_size); micro-batch keys are per GPU and counted in samples. Everything a worker needs in
+samples or per rank has its own name here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from verl_like.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from verl_like.config.ppo import PPOConfig
+
+# Estimators whose advantage needs a learned value function (hence a critic).
+VALUE_ESTIMATORS = frozenset({"gae"})
+# Estimators that compare the samples of one prompt: with one sample per prompt every advantage is 0.
+GROUP_ESTIMATORS = frozenset({"grpo", "rloo", "reinforce_plus_plus_baseline"})
+
+
+@dataclass(frozen=True)
+class DerivedSizes:
+    """Values computed from the config (`PPOConfig.derived`).
+
+    world_size: processes of the actor-rollout-ref group (trainer.nnodes * trainer.n_gpus_per_node); the actor's
+      FSDP data-parallel size and, colocated, the critic's.
+    rollout_tp_size / rollout_dp_size: rollout tensor-parallel size and world_size // tp.
+    samples_per_step: data.train_batch_size * rollout.n sequences generated and trained on per step.
+    mini_batches_per_step: optimizer steps per PPO epoch (data.train_batch_size // actor.ppo_mini_batch_size).
+    ppo_mini_batch_size_samples: the actor's mini-batch in samples (ppo_mini_batch_size * rollout.n).
+    ppo_mini_batch_size_per_rank: the samples of one actor mini-batch on each rank.
+    micro_batches_per_mini_batch: gradient-accumulation steps per actor mini-batch on a rank (None with
+      use_dynamic_bsz, where the count follows the token budget).
+    critic_*: the same three for the critic (None when no critic runs).
+    use_critic / use_reference_policy / use_reward_model: which roles run. The reference runs when a KL term
+      needs it (algorithm.use_kl_in_reward or actor.use_kl_loss).
+    """
+
+    world_size: int
+    rollout_tp_size: int
+    rollout_dp_size: int
+    samples_per_step: int
+    mini_batches_per_step: int
+    ppo_mini_batch_size_samples: int
+    ppo_mini_batch_size_per_rank: int
+    micro_batches_per_mini_batch: int | None
+    critic_ppo_mini_batch_size_samples: int | None
+    critic_ppo_mini_batch_size_per_rank: int | None
+    critic_micro_batches_per_mini_batch: int | None
+    use_critic: bool
+    use_reference_policy: bool
+    use_reward_model: bool
+
+
+def _mini_batch_split(
+    node: str, mini_batch: int, micro_batch: int | None, dynamic: bool, n: int, world_size: int, train_batch: int
+) -> tuple[int, int, int | None]:
+    """(samples per mini-batch, samples per rank, micro-batches per rank) of one PPO update node, or ConfigError."""
+    if mini_batch > train_batch:
+        raise ConfigError(
+            f"{node}.ppo_mini_batch_size={mini_batch} is larger than data.train_batch_size={train_batch} (both count "
+            f"prompts); set {node}.ppo_mini_batch_size <= {train_batch}"
+        )
+    if train_batch % mini_batch:
+        raise ConfigError(
+            f"data.train_batch_size={train_batch} is not divisible by {node}.ppo_mini_batch_size={mini_batch} "
+            f"(both count prompts; x actor_rollout_ref.rollout.n={n}: {train_batch * n} samples vs {mini_batch * n}); set "
+            f"{node}.ppo_mini_batch_size to a divisor of {train_batch}"
+        )
+    samples = mini_batch * n
+    if samples % world_size:
+        raise ConfigError(
+            f"{node}.ppo_mini_batch_size={mini_batch} prompts x actor_rollout_ref.rollout.n={n} = {samples} samples "
+            f"is not divisible by the world size {world_size} (trainer.nnodes * trainer.n_gpus_per_node); make "
+            f"ppo_mini_batch_size * n a multiple of {world_size}"
+        )
+    per_rank = samples // world_size
+    if dynamic:
+        return samples, per_rank, None
+    assert micro_batch is not None  # the node's own check requires it without use_dynamic_bsz
+    if per_rank % micro_batch:
+        raise ConfigError(
+            f"{node}.ppo_mini_batch_size={mini_batch} prompts x actor_rollout_ref.rollout.n={n} = {samples} samples is "
+            f"not divisible "
+            f"by world size {world_size} x {node}.ppo_micro_batch_size_per_gpu={micro_batch} = "
+            f"{world_size * micro_batch}: each rank gets {per_rank} samples per mini-batch; set "
+            f"{node}.ppo_micro_batch_size_per_gpu to a divisor of {per_rank}, or change ppo_mini_batch_size"
+        )
+    return samples, per_rank, per_rank // micro_batch
+
+
+def uses_critic(config: PPOConfig) -> bool:
+    """Whether the critic role runs: critic.enable, or (when null) whether the estimator needs values."""
+    if config.critic.enable is not None:
+        return config.critic.enable
+    return config.algorithm.adv_estimator in VALUE_ESTIMATORS
+
+
+def derive_sizes(config: PPOConfig) -> DerivedSizes:
+    """The DerivedSizes of `config`; ConfigError naming the keys when the global sizes do not split evenly."""
+    trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
+    actor = config.actor_rollout_ref.actor
+    world = trainer.world_size
+    tp = rollout.tensor_model_parallel_size
+    if world % tp:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide the world size {world} "
+            f"(trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}); choose a TP "
+            f"size that divides {world}"
+        )
+    n, train_batch = rollout.n, config.data.train_batch_size
+    samples, per_rank, micro = _mini_batch_split(
+        actor.PREFIX, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu, actor.use_dynamic_bsz, n, world,
+        train_batch,
+    )
+    use_critic = uses_critic(config)
+    critic_sizes: tuple[int | None, int | None, int | None] = (None, None, None)
+    if use_critic:
+        critic = config.critic
+        critic_sizes = _mini_batch_split(
+            critic.PREFIX, critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu, critic.use_dynamic_bsz,
+            n, world, train_batch,
+        )
+    return DerivedSizes(
+        world_size=world,
+        rollout_tp_size=tp,
+        rollout_dp_size=world // tp,
+        samples_per_step=train_batch * n,
+        mini_batches_per_step=train_batch // actor.ppo_mini_batch_size,
+        ppo_mini_batch_size_samples=samples,
+        ppo_mini_batch_size_per_rank=per_rank,
+        micro_batches_per_mini_batch=micro,
+        critic_ppo_mini_batch_size_samples=critic_sizes[0],
+        critic_ppo_mini_batch_size_per_rank=critic_sizes[1],
+        critic_micro_batches_per_mini_batch=critic_sizes[2],
+        use_critic=use_critic,
+        use_reference_policy=config.algorithm.use_kl_in_reward or actor.use_kl_loss,
+        use_reward_model=config.reward_model.enable,
+    )

@@ -1,0 +1,125 @@
+"""ModelConfig (`actor_rollout_ref.model`) and RefConfig (`actor_rollout_ref.ref`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verl_like.config.actor import FSDPConfig
+from verl_like.config.errors import ConfigError
+
+# `model.path: tiny` selects the tiny Qwen2 model verl_like/models/tiny.py builds locally (no hub, no files).
+BUILTIN_TINY = "tiny"
+
+
+def is_builtin_model(path: str) -> bool:
+    """True when `path` names the builtin tiny model rather than a directory."""
+    return path == BUILTIN_TINY
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy model (`actor_rollout_ref.model`); the reference starts from the same weights.
+
+    path: a local HF model directory (config.json + safetensors; no hub downloads), or "tiny" for the tiny
+      builtin model built locally from `tiny_spec`.
+    tiny_spec: fields of verl_like.models.tiny.TinyModelSpec overriding its defaults (hidden_size,
+      num_hidden_layers, max_position_embeddings, seed, ...); only read when path is "tiny".
+    tokenizer_path: where the tokenizer lives; null uses `path`.
+    trust_remote_code: allow the model's own Python code (HF `trust_remote_code`).
+    override_config: entries that replace the HF config's values when the model is built (e.g.
+      {attention_dropout: 0.0}).
+    enable_gradient_checkpointing / use_remove_padding: verl's switches; the YAML feeds them to
+      `actor_rollout_ref.actor.gradient_checkpointing` / `.use_remove_padding` (and the reference's forward) by
+      interpolation, so either key works.
+    """
+
+    path: str = BUILTIN_TINY
+    tiny_spec: Mapping[str, Any] = field(default_factory=dict)
+    tokenizer_path: str | None = None
+    trust_remote_code: bool = False
+    override_config: Mapping[str, Any] = field(default_factory=dict)
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ConfigError("actor_rollout_ref.model.path is empty; set a local HF model directory or 'tiny'")
+        if self.tiny_spec and not is_builtin_model(self.path):
+            raise ConfigError(
+                f"actor_rollout_ref.model.tiny_spec is set but model.path={self.path!r} is not 'tiny'; "
+                "remove tiny_spec or set actor_rollout_ref.model.path=tiny"
+            )
+
+    @property
+    def is_builtin(self) -> bool:
+        """True for the builtin tiny model."""
+        return is_builtin_model(self.path)
+
+    @property
+    def tokenizer_dir(self) -> str:
+        """tokenizer_path, or the model path when unset."""
+        return self.tokenizer_path or self.path
+
+
+def max_position_embeddings(model: ModelConfig) -> int | None:
+    """The model's context limit: tiny_spec's (or TinyModelSpec's default), else config.json's; None if unknown.
+
+    `override_config.max_position_embeddings` wins over both, as it does when the model is built.
+    """
+    if "max_position_embeddings" in model.override_config:
+        return int(model.override_config["max_position_embeddings"])
+    if model.is_builtin:
+        return tiny_model_spec(model).max_position_embeddings
+    config_file = Path(model.path).expanduser() / "config.json"
+    if not config_file.is_file():
+        return None
+    hf_config = json.loads(config_file.read_text())
+    value = hf_config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def tiny_model_spec(model: ModelConfig) -> Any:
+    """The TinyModelSpec `model.tiny_spec` describes; ConfigError naming the key for an unknown field or value."""
+    from verl_like.models.tiny import TinyModelSpec
+
+    names = {f.name for f in dataclasses.fields(TinyModelSpec)}
+    for key in model.tiny_spec:
+        if key not in names:
+            raise ConfigError(
+                f"unknown config key 'actor_rollout_ref.model.tiny_spec.{key}'; TinyModelSpec fields are: "
+                f"{', '.join(sorted(names))}"
+            )
+    try:
+        return TinyModelSpec(**dict(model.tiny_spec))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"actor_rollout_ref.model.tiny_spec: {err}") from err
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    """The reference policy's log-prob pass (`actor_rollout_ref.ref`); used when a KL term needs it.
+
+    log_prob_micro_batch_size_per_gpu: samples per forward on one rank.
+    log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead.
+    fsdp_config: FSDP options of the reference copy (param_offload keeps it in CPU memory between uses).
+    """
+
+    log_prob_micro_batch_size_per_gpu: int = 8
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+    def __post_init__(self) -> None:
+        p = "actor_rollout_ref.ref"
+        if self.log_prob_micro_batch_size_per_gpu < 1:
+            raise ConfigError(
+                f"{p}.log_prob_micro_batch_size_per_gpu={self.log_prob_micro_batch_size_per_gpu} must be >= 1"
+            )
+        if self.log_prob_max_token_len_per_gpu < 1:
+            raise ConfigError(f"{p}.log_prob_max_token_len_per_gpu={self.log_prob_max_token_len_per_gpu} must be >= 1")
+        self.fsdp_config.validate(f"{p}.fsdp_config")

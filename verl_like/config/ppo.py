@@ -1,0 +1,37 @@
+"""PPOConfig: the root of the config tree (the keys of configs/ppo_trainer.yaml), frozen."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from verl_like.config.algorithm import AlgorithmConfig
+from verl_like.config.data import DataConfig
+from verl_like.config.derived import DerivedSizes, derive_sizes
+from verl_like.config.reward import CustomRewardFunctionConfig, RewardModelConfig
+from verl_like.config.roles import ActorRolloutRefConfig, CriticRoleConfig
+from verl_like.config.trainer import TrainerConfig
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """One RL job: every node mirrors verl's key of the same name (docs/config.md lists every key).
+
+    data: DataConfig. actor_rollout_ref: ActorRolloutRefConfig (model, actor, rollout, ref).
+    critic: CriticRoleConfig. reward_model: RewardModelConfig. custom_reward_function: CustomRewardFunctionConfig.
+    algorithm: AlgorithmConfig. trainer: TrainerConfig.
+    `derived` (not a key) holds the per-rank and per-step sizes computed from these.
+    """
+
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticRoleConfig = field(default_factory=lambda: CriticRoleConfig(ppo_micro_batch_size_per_gpu=4))
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    @functools.cached_property
+    def derived(self) -> DerivedSizes:
+        """Per-rank / per-step sizes, computed on first use (ConfigError if the sizes do not split evenly)."""
+        return derive_sizes(self)

@@ -1,0 +1,68 @@
+"""Role nodes that group the per-part configs: `actor_rollout_ref` and `critic` (the value model's role)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_like.config.actor import ActorConfig
+from verl_like.config.critic import CriticConfig
+from verl_like.config.errors import ConfigError
+from verl_like.config.model import ModelConfig, RefConfig
+from verl_like.config.rollout import RolloutConfig
+
+
+@dataclass(frozen=True)
+class ActorRolloutRefConfig:
+    """`actor_rollout_ref`: the policy model, its PPO update, its rollout engine and the reference copy.
+
+    hybrid_engine: actor, rollout and reference share one process per GPU (weights resharded from FSDP into the
+      rollout engine after each update). It is the only layout verl_like runs; false is rejected.
+    """
+
+    hybrid_engine: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=lambda: ActorConfig(ppo_micro_batch_size_per_gpu=4))
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+
+    def __post_init__(self) -> None:
+        if not self.hybrid_engine:
+            raise ConfigError(
+                "actor_rollout_ref.hybrid_engine=false (rollout on its own workers) is not supported; "
+                "set actor_rollout_ref.hybrid_engine=true"
+            )
+
+
+@dataclass(frozen=True)
+class CriticModelConfig:
+    """`critic.model`: the value model, a causal-LM checkpoint that gets a fresh value head.
+
+    path: local HF directory or "tiny"; null uses actor_rollout_ref.model.path. tokenizer_path: null uses path.
+    override_config / trust_remote_code / enable_gradient_checkpointing / use_remove_padding: as for
+    actor_rollout_ref.model (the YAML feeds the last two to critic.gradient_checkpointing / use_remove_padding).
+    """
+
+    path: str | None = None
+    tokenizer_path: str | None = None
+    trust_remote_code: bool = False
+    override_config: Mapping[str, Any] = field(default_factory=dict)
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+
+
+@dataclass(frozen=True)
+class CriticRoleConfig(CriticConfig):
+    """`critic`: CriticConfig (the value update) plus whether the role runs and which model it trains.
+
+    enable: true / false forces the critic on / off; null turns it on exactly when algorithm.adv_estimator needs
+      values (gae). model: CriticModelConfig.
+    """
+
+    enable: bool | None = None
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+
+    def model_path(self, actor_model: ModelConfig) -> str:
+        """The critic's model path (the policy's when critic.model.path is null)."""
+        return self.model.path or actor_model.path

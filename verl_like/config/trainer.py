@@ -1,0 +1,145 @@
+"""TrainerConfig: the `trainer` node (run length, placement, logging, checkpoints, Ray)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl_like.config.errors import ConfigError
+from verl_like.utils.tracking import SUPPORTED_BACKENDS
+
+DEVICES = ("auto", "cuda", "cpu")
+RESUME_MODES = ("disable", "auto", "resume_path")
+
+
+@dataclass(frozen=True)
+class RayInitConfig:
+    """`trainer.ray_init`: arguments of the local Ray cluster the driver starts (ignored when joining one).
+
+    num_cpus / num_gpus: logical resources of the local cluster; null lets Ray count the machine's.
+    object_store_memory_mb: size of Ray's shared-memory object store; null lets Ray choose (30% of RAM).
+    include_dashboard: start Ray's web dashboard.
+    """
+
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    object_store_memory_mb: int | None = 512
+    include_dashboard: bool = False
+
+    def __post_init__(self) -> None:
+        for key in ("num_cpus", "num_gpus", "object_store_memory_mb"):
+            value = getattr(self, key)
+            if value is not None and value < (1 if key != "num_gpus" else 0):
+                raise ConfigError(f"trainer.ray_init.{key}={value} is out of range; use a positive number or null")
+
+
+@dataclass(frozen=True)
+class TimeoutsConfig:
+    """`trainer.timeouts` (seconds): a worker that exceeds one fails the run with an error naming it.
+
+    worker_start_timeout_s: waiting for the cluster to place the worker groups (and for them to build).
+    worker_call_timeout_s: one worker-group call (generation, update, ...).
+    The weight-sync timeout is actor_rollout_ref.rollout.weight_sync_timeout_s.
+    """
+
+    worker_start_timeout_s: float = 300.0
+    worker_call_timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for key in ("worker_start_timeout_s", "worker_call_timeout_s"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"trainer.timeouts.{key}={getattr(self, key)} must be > 0")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The run (`trainer`).
+
+    Naming and logging
+      project_name / experiment_name: names of the run in the trackers and its checkpoint folder.
+      logger: metric sinks, any of console, jsonl, tensorboard, wandb, mlflow.
+      log_val_generations: validation samples (prompt, response, score) logged per validation.
+    Placement
+      nnodes / n_gpus_per_node: the actor-rollout-ref worker group spans nnodes * n_gpus_per_node processes,
+        one per GPU (device cuda) or per worker (device cpu).
+      device: "cuda", "cpu" or "auto" (cuda when available; decided in verl_like/utils/device.py).
+      cpus_per_worker: logical CPUs each worker reserves in Ray.
+      ray_address: join this Ray cluster ("auto" for the local node's running cluster); null starts a local one
+        unless $RAY_ADDRESS is set. ray_init: RayInitConfig. timeouts: TimeoutsConfig.
+    Length
+      total_epochs: passes over the training prompts. total_training_steps: stop after this many steps (null:
+        total_epochs * steps per epoch).
+      critic_warmup: steps that train only the critic before the actor starts updating.
+      balance_batch: reorder each batch so every DP rank gets about as many tokens.
+    Validation and checkpoints
+      test_freq: validate every N steps (-1: never). val_before_train: validate once before the first step.
+      save_freq: checkpoint every N steps (-1: never). default_local_dir: where the run writes checkpoints
+        and logs. max_actor_ckpt_to_keep / max_critic_ckpt_to_keep: keep the newest N (null: all).
+      resume_mode: "disable" (fresh start), "auto" (continue from the newest checkpoint in default_local_dir if
+        any), "resume_path" (continue from resume_from_path, a global_step_N folder).
+    """
+
+    project_name: str = "verl_like"
+    experiment_name: str = "default"
+    logger: tuple[str, ...] = ("console", "jsonl", "tensorboard")
+    log_val_generations: int = 0
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+    device: str = "auto"
+    cpus_per_worker: float = 1.0
+    ray_address: str | None = None
+    ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
+    total_epochs: int = 1
+    total_training_steps: int | None = None
+    critic_warmup: int = 0
+    balance_batch: bool = True
+    test_freq: int = -1
+    val_before_train: bool = True
+    save_freq: int = -1
+    default_local_dir: str = "checkpoints/verl_like/default"
+    max_actor_ckpt_to_keep: int | None = None
+    max_critic_ckpt_to_keep: int | None = None
+    resume_mode: str = "auto"
+    resume_from_path: str | None = None
+
+    def __post_init__(self) -> None:
+        p = "trainer"
+        for name in self.logger:
+            if name not in SUPPORTED_BACKENDS:
+                raise ConfigError(f"{p}.logger contains {name!r}; valid loggers: {', '.join(SUPPORTED_BACKENDS)}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"{p}.device={self.device!r} must be one of {DEVICES}")
+        if self.resume_mode not in RESUME_MODES:
+            raise ConfigError(f"{p}.resume_mode={self.resume_mode!r} must be one of {RESUME_MODES}")
+        for key in ("nnodes", "n_gpus_per_node", "total_epochs"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{p}.{key}={getattr(self, key)} must be >= 1")
+        for key in ("critic_warmup", "log_val_generations"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{p}.{key}={getattr(self, key)} must be >= 0")
+        for key in ("total_training_steps", "max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"{p}.{key}={value} must be >= 1, or null")
+        for key in ("save_freq", "test_freq"):
+            value = getattr(self, key)
+            if value == 0 or value < -1:
+                raise ConfigError(f"{p}.{key}={value} must be >= 1 (every N steps) or -1 (never)")
+        if not self.cpus_per_worker > 0:
+            raise ConfigError(f"{p}.cpus_per_worker={self.cpus_per_worker} must be > 0")
+        if not self.default_local_dir:
+            raise ConfigError(f"{p}.default_local_dir is empty; set the folder for checkpoints and logs")
+        if self.resume_mode == "resume_path" and not self.resume_from_path:
+            raise ConfigError(
+                f"{p}.resume_mode='resume_path' needs {p}.resume_from_path (a global_step_N checkpoint folder)"
+            )
+        if self.resume_from_path and self.resume_mode != "resume_path":
+            raise ConfigError(
+                f"{p}.resume_from_path is set but {p}.resume_mode={self.resume_mode!r} ignores it; "
+                f"set {p}.resume_mode=resume_path or unset resume_from_path"
+            )
+
+    @property
+    def world_size(self) -> int:
+        """Processes of the actor-rollout-ref group: nnodes * n_gpus_per_node."""
+        return self.nnodes * self.n_gpus_per_node

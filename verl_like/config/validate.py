@@ -1,0 +1,199 @@
+"""validate(config): the cross-field checks of a typed PPOConfig, run before Ray or any model starts.
+
+Single-key checks (ranges, choices, registered names) run when each node is built (see `to_typed`); here are the
+checks that need several keys, the filesystem or the model's config. Each raises one ConfigError naming the keys
+and the fix; combinations that work but are probably unintended are returned (and logged) as warnings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from verl_like.config.data import is_synthetic
+from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
+from verl_like.config.errors import ConfigError
+from verl_like.config.model import is_builtin_model, max_position_embeddings
+from verl_like.config.ppo import PPOConfig
+
+logger = logging.getLogger(__name__)
+
+
+def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
+    """Raises ConfigError for the first inconsistent setting; returns the warnings (also logged).
+
+    check_paths: also require the model, tokenizer, data, reward-function and resume paths to exist (and the
+    model's max_position_embeddings to be read from its config.json). Pass False to check a config for another
+    machine (CI checks the GPU presets this way).
+    """
+    _check_lengths(config)
+    _check_synthetic_specs(config)
+    _check_roles(config)
+    _check_schedule(config)
+    _check_cluster(config)
+    config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
+    if check_paths:
+        _check_paths(config)
+    _check_model_context(config, check_paths)
+    warnings = _warnings(config)
+    for message in warnings:
+        logger.warning("config: %s", message)
+    return warnings
+
+
+def _check_lengths(config: PPOConfig) -> None:
+    data, rollout = config.data, config.actor_rollout_ref.rollout
+    if rollout.response_length != data.max_response_length:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.response_length={rollout.response_length} differs from "
+            f"data.max_response_length={data.max_response_length}; set only data.max_response_length (the default "
+            "YAML interpolates the rollout's from it)"
+        )
+    if rollout.prompt_length < data.max_prompt_length:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.prompt_length={rollout.prompt_length} is below data.max_prompt_length="
+            f"{data.max_prompt_length}, so the engine would reject the longest prompts; set only "
+            "data.max_prompt_length (the default YAML interpolates the rollout's from it)"
+        )
+    overlong = config.reward_model.overlong_buffer
+    if overlong.enable and overlong.len > data.max_response_length:
+        raise ConfigError(
+            f"reward_model.overlong_buffer.len={overlong.len} exceeds data.max_response_length="
+            f"{data.max_response_length}; set it to at most {data.max_response_length} (DAPO uses a quarter)"
+        )
+
+
+def _check_synthetic_specs(config: PPOConfig) -> None:
+    from verl_like.data.synthetic import parse_synthetic_spec
+
+    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
+        for path in files:
+            if is_synthetic(path):
+                try:
+                    parse_synthetic_spec(path)
+                except ValueError as err:
+                    raise ConfigError(f"{key}: {err}") from err
+
+
+def _check_roles(config: PPOConfig) -> None:
+    algo, n = config.algorithm, config.actor_rollout_ref.rollout.n
+    if algo.adv_estimator in VALUE_ESTIMATORS and not uses_critic(config):
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} needs a critic (value estimates), but critic.enable="
+            "false; set critic.enable=true (or null), or pick a critic-free estimator such as grpo"
+        )
+    if algo.adv_estimator in GROUP_ESTIMATORS and n < 2:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} compares the samples of one prompt, but "
+            f"actor_rollout_ref.rollout.n={n} gives every advantage 0; set actor_rollout_ref.rollout.n >= 2"
+        )
+    if algo.filter_groups.enable and n < 2:
+        raise ConfigError(
+            f"algorithm.filter_groups.enable=true keeps groups whose samples differ, but actor_rollout_ref.rollout.n="
+            f"{n} makes every group a single sample; set actor_rollout_ref.rollout.n >= 2"
+        )
+    if config.trainer.critic_warmup > 0 and not uses_critic(config):
+        raise ConfigError(
+            f"trainer.critic_warmup={config.trainer.critic_warmup} needs a critic, but none runs (adv_estimator="
+            f"{algo.adv_estimator!r}, critic.enable={config.critic.enable}); set trainer.critic_warmup=0"
+        )
+
+
+def _check_schedule(config: PPOConfig) -> None:
+    trainer, data = config.trainer, config.data
+    if not data.val_files and (trainer.test_freq > 0 or trainer.val_before_train):
+        raise ConfigError(
+            f"trainer.test_freq={trainer.test_freq} / trainer.val_before_train={trainer.val_before_train} ask for "
+            "validation but data.val_files is empty; set data.val_files, or trainer.test_freq=-1 and "
+            "trainer.val_before_train=false"
+        )
+    if trainer.log_val_generations and not data.val_files:
+        raise ConfigError("trainer.log_val_generations > 0 needs data.val_files; set them or log_val_generations=0")
+
+
+def _check_cluster(config: PPOConfig) -> None:
+    trainer = config.trainer
+    joins_cluster = trainer.ray_address is not None or bool(os.environ.get("RAY_ADDRESS"))
+    if trainer.nnodes > 1 and not joins_cluster:
+        raise ConfigError(
+            f"trainer.nnodes={trainer.nnodes} needs a running multi-node Ray cluster; set trainer.ray_address=auto "
+            "(or export RAY_ADDRESS) on a node of that cluster"
+        )
+    num_cpus = trainer.ray_init.num_cpus
+    needed = trainer.world_size * trainer.cpus_per_worker
+    if not joins_cluster and num_cpus is not None and num_cpus < needed:
+        raise ConfigError(
+            f"trainer.ray_init.num_cpus={num_cpus} cannot place {trainer.world_size} workers x "
+            f"trainer.cpus_per_worker={trainer.cpus_per_worker:g} = {needed:g} CPUs; raise num_cpus or lower "
+            "cpus_per_worker"
+        )
+
+
+def _require_dir(key: str, path: str, what: str) -> None:
+    if not Path(path).expanduser().is_dir():
+        raise ConfigError(f"{key}={path!r}: no such directory; point it at {what}")
+
+
+def _check_paths(config: PPOConfig) -> None:
+    model = config.actor_rollout_ref.model
+    if not model.is_builtin:
+        _require_dir("actor_rollout_ref.model.path", model.path, "a local HF model directory (or use 'tiny')")
+        if not (Path(model.path).expanduser() / "config.json").is_file():
+            raise ConfigError(
+                f"actor_rollout_ref.model.path={model.path!r} has no config.json; point it at a HF model directory"
+            )
+    if model.tokenizer_path and not is_builtin_model(model.tokenizer_path):
+        _require_dir("actor_rollout_ref.model.tokenizer_path", model.tokenizer_path, "a local tokenizer directory")
+    critic_path = config.critic.model.path
+    if uses_critic(config) and critic_path and not is_builtin_model(critic_path):
+        _require_dir("critic.model.path", critic_path, "a local HF model directory (null: the actor's)")
+    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
+        for path in files:
+            if not is_synthetic(path) and not Path(path).expanduser().is_file():
+                raise ConfigError(
+                    f"{key}: {path!r} does not exist; give parquet/jsonl files (see examples/data_preprocess/) or "
+                    "'synthetic:<task>'"
+                )
+    reward_fn = config.custom_reward_function.path
+    if reward_fn and not Path(reward_fn).expanduser().is_file():
+        raise ConfigError(f"custom_reward_function.path={reward_fn!r} does not exist; point it at a Python file")
+    if config.reward_model.enable:
+        _require_dir("reward_model.model.path", str(config.reward_model.model.path), "a local reward-model directory")
+    resume = config.trainer.resume_from_path
+    if config.trainer.resume_mode == "resume_path" and resume:
+        _require_dir("trainer.resume_from_path", resume, "a global_step_N checkpoint folder")
+
+
+def _check_model_context(config: PPOConfig, check_paths: bool) -> None:
+    """prompt + response must fit the model's max_position_embeddings (read when the model is on this machine)."""
+    model = config.actor_rollout_ref.model
+    if not model.is_builtin and not check_paths:
+        return
+    limit = max_position_embeddings(model)
+    if limit is None:
+        return
+    data = config.data
+    total = data.max_prompt_length + data.max_response_length
+    if total > limit:
+        raise ConfigError(
+            f"data.max_prompt_length={data.max_prompt_length} + data.max_response_length={data.max_response_length} "
+            f"= {total} exceeds the model's max_position_embeddings={limit} (actor_rollout_ref.model.path="
+            f"{model.path!r}); shorten them or raise the model's limit"
+        )
+
+
+def _warnings(config: PPOConfig) -> list[str]:
+    algo, actor = config.algorithm, config.actor_rollout_ref.actor
+    warnings = []
+    if algo.use_kl_in_reward and actor.use_kl_loss:
+        warnings.append(
+            "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true both penalise the KL to "
+            "the reference, so it is counted twice; usually one of them is meant"
+        )
+    if config.critic.enable and algo.adv_estimator not in VALUE_ESTIMATORS:
+        warnings.append(
+            f"critic.enable=true trains a critic that algorithm.adv_estimator={algo.adv_estimator!r} does not use; "
+            "set critic.enable=null to run it only when needed"
+        )
+    return warnings
