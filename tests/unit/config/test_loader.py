@@ -234,3 +234,15 @@ def test_paths_on_disk_are_accepted_and_the_models_context_is_read(tmp_path):
         load_config([*overrides, "data.max_prompt_length=48"])
     # Without path checks the model's config.json is not read, so the limit is not known.
     validate(to_typed(compose_config([*overrides, "data.max_prompt_length=48"])), check_paths=False)
+
+
+def test_docs_list_every_key_and_every_preset():
+    docs = (DEFAULT_CONFIG_DIR.parent / "docs" / "config.md").read_text()
+    missing = [key for key in valid_keys(PPOConfig) if f"`{key}`" not in docs and not _is_node(key)]
+    assert not missing, f"docs/config.md lacks rows for {missing}"
+    assert all(f"`+trainer={preset}`" in docs for preset in PRESETS)
+
+
+def _is_node(key: str) -> bool:
+    """Keys whose value is a node (documented by their children's rows)."""
+    return any(other.startswith(key + ".") for other in valid_keys(PPOConfig))
