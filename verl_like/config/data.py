@@ -52,9 +52,8 @@ class DataConfig:
       train_batch_size: prompts per RL step (global, all ranks). Each prompt gives
         actor_rollout_ref.rollout.n samples, so one step trains on train_batch_size * n sequences.
       val_batch_size: prompts per validation generation call; null generates the whole validation set at once.
-      shuffle: shuffle training prompts each epoch (seeded by `seed`). validation_shuffle: shuffle validation set.
-      seed: seed of the training sampler (and of synthetic task generation).
-      dataloader_num_workers: worker processes of the prompt loader (0: load in the driver).
+      shuffle: shuffle training prompts each epoch (seeded by `seed`).
+      seed: seed of the training sampler.
     """
 
     train_files: str | tuple[str, ...] = "synthetic:add"
@@ -71,9 +70,7 @@ class DataConfig:
     train_batch_size: int = 1024
     val_batch_size: int | None = None
     shuffle: bool = True
-    validation_shuffle: bool = False
     seed: int = 1
-    dataloader_num_workers: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_files", _as_files("data.train_files", self.train_files))
@@ -93,8 +90,6 @@ class DataConfig:
             )
         if self.truncation not in TRUNCATION_MODES:
             raise ConfigError(f"data.truncation={self.truncation!r} is not one of {TRUNCATION_MODES}")
-        if self.dataloader_num_workers < 0:
-            raise ConfigError(f"data.dataloader_num_workers={self.dataloader_num_workers} must be >= 0")
 
     @property
     def overlong_prompt_policy(self) -> str:

@@ -34,11 +34,9 @@ class OverlongBufferConfig:
 @dataclass(frozen=True)
 class RewardModelModelConfig:
     """`reward_model.model`: path: local HF directory of a sequence-classification reward model;
-    input_tokenizer: the policy tokenizer's directory when the RM's tokenizer differs (responses are re-templated);
     trust_remote_code: as for the policy."""
 
     path: str | None = None
-    input_tokenizer: str | None = None
     trust_remote_code: bool = False
 
 
@@ -53,7 +51,6 @@ class RewardModelConfig:
     Reward-model role
       enable: also score with a learned reward model (its score is added to the rule score).
       model: RewardModelModelConfig. micro_batch_size_per_gpu: samples per RM forward on one rank.
-      max_length: longest templated input the RM accepts; null: prompt + response limit.
     overlong_buffer: DAPO's overlong penalty (OverlongBufferConfig).
     """
 
@@ -63,7 +60,6 @@ class RewardModelConfig:
     enable: bool = False
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     micro_batch_size_per_gpu: int = 8
-    max_length: int | None = None
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
 
     def __post_init__(self) -> None:
@@ -80,8 +76,6 @@ class RewardModelConfig:
             raise ConfigError(f"reward_model.scoring_timeout_s={self.scoring_timeout_s} must be > 0")
         if self.micro_batch_size_per_gpu < 1:
             raise ConfigError(f"reward_model.micro_batch_size_per_gpu={self.micro_batch_size_per_gpu} must be >= 1")
-        if self.max_length is not None and self.max_length < 1:
-            raise ConfigError(f"reward_model.max_length={self.max_length} must be >= 1, or null")
         if self.enable and not self.model.path:
             raise ConfigError(
                 "reward_model.enable=true needs reward_model.model.path (a local reward-model directory); "
