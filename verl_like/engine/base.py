@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from verl_like.protocol import DataProto
 
@@ -70,6 +71,11 @@ class TrainEngine(abc.ABC):
     @abc.abstractmethod
     def dp_size(self) -> int:
         """Number of data-parallel ranks."""
+
+    @property
+    @abc.abstractmethod
+    def dp_group(self) -> dist.ProcessGroup:
+        """The data-parallel process group (for the roles' own collectives, e.g. loss normalisers, metrics)."""
 
     @property
     @abc.abstractmethod

@@ -54,6 +54,8 @@ class EngineConfig:
         to compute between the two calls, on every device).
 
     Other
+      inference_only: build the model for forward passes only (a reference policy): no optimizer or LR
+        scheduler; forward_backward, optimizer_step, current_lr and checkpoints raise.
       reshard_after_forward: FSDP frees all-gathered parameters after each layer's forward (less memory, one more
         all-gather in backward).
       seed: seeds torch before the model is built, so freshly initialised heads are the same on every rank.
@@ -83,6 +85,7 @@ class EngineConfig:
     optimizer_offload: bool = False
     reshard_after_forward: bool = True
     seed: int = 0
+    inference_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.model_path:
@@ -121,6 +124,11 @@ class EngineConfig:
         if self.micro_batch_size_per_rank < 1:
             raise ValueError(
                 f"EngineConfig.micro_batch_size_per_rank={self.micro_batch_size_per_rank} must be >= 1"
+            )
+        if self.inference_only and self.optimizer_offload:
+            raise ValueError(
+                "EngineConfig.optimizer_offload=True but inference_only=True builds no optimizer; set "
+                "optimizer_offload=False"
             )
         if self.use_dynamic_bsz and (self.max_tokens_per_rank is None or self.max_tokens_per_rank < 1):
             raise ValueError(

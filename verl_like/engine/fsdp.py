@@ -71,11 +71,15 @@ class FSDPEngine(TrainEngine):
         model = load_model(config)
         self._hf_class = type(model)  # fully_shard swaps the class for an FSDP subclass; export needs the original
         self.model = self._shard(model)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
-        )
-        schedule = WarmupSchedule(config.lr_scheduler, config.warmup_steps, config.total_steps, config.min_lr_ratio)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        if not config.inference_only:
+            self.optimizer = torch.optim.AdamW(
+                self.model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps,
+                weight_decay=config.weight_decay,
+            )
+            schedule = WarmupSchedule(config.lr_scheduler, config.warmup_steps, config.total_steps, config.min_lr_ratio)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self._global_step = 0
         self._params_offloaded = False
         self._optimizer_offloaded = False
@@ -110,16 +114,28 @@ class FSDPEngine(TrainEngine):
         return dist.get_world_size(self.group)
 
     @property
+    def dp_group(self) -> dist.ProcessGroup:
+        return self.group
+
+    @property
     def global_step(self) -> int:
         return self._global_step
 
     @property
     def current_lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
+        return float(self._require_optimizer("current_lr").param_groups[0]["lr"])
 
     def _require_onloaded(self, op: str) -> None:
         if self._params_offloaded:
             raise RuntimeError(f"FSDPEngine.{op}: parameters are offloaded to CPU; call onload() first")
+
+    def _require_optimizer(self, op: str) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            raise RuntimeError(
+                f"FSDPEngine.{op}: this engine was built with inference_only=True (no optimizer); build it with "
+                "inference_only=False to train"
+            )
+        return self.optimizer
 
     def _model_inputs(self, batch: DataProto) -> DataProto:
         keys = [key for key in _INPUT_KEYS if key in batch.batch.keys()]
@@ -162,6 +178,7 @@ class FSDPEngine(TrainEngine):
         self, batch: DataProto, loss_fn: LossFn, temperature: float = 1.0, calculate_entropy: bool = False
     ) -> ForwardBackwardResult:
         self._require_onloaded("forward_backward")
+        self._require_optimizer("forward_backward")
         inputs = self._model_inputs(batch)
         groups = self._micro_batches(inputs)
         token_count, sequence_count = global_counts(inputs.batch, self.group)
@@ -189,6 +206,7 @@ class FSDPEngine(TrainEngine):
 
     def optimizer_step(self) -> float:
         self._require_onloaded("optimizer_step")
+        optimizer = self._require_optimizer("optimizer_step")
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
         if isinstance(grad_norm, DTensor):
@@ -199,8 +217,8 @@ class FSDPEngine(TrainEngine):
         else:
             if self.config.grad_clip is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, self.config.grad_clip, torch.tensor(grad_norm))
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self._global_step += 1
         return grad_norm
@@ -216,10 +234,12 @@ class FSDPEngine(TrainEngine):
 
     def save_checkpoint(self, directory: str | Path) -> None:
         self._require_onloaded("save_checkpoint")
+        self._require_optimizer("save_checkpoint")
         save_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self._global_step, self.group)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         self._require_onloaded("load_checkpoint")
+        self._require_optimizer("load_checkpoint")
         self._global_step = load_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self.group)
 
     def export_hf(self, directory: str | Path, tokenizer: Any | None = None) -> None:

@@ -1,0 +1,306 @@
+"""PPOActor and ReferencePolicy on a real 2-rank WorkerGroup (gloo, fp32, tiny Qwen2).
+
+Two ranks must give what one process gives on the whole batch: the same updated weights and metrics, with
+micro-batches, with dynamic packed micro-batches, and with 2 shuffled mini-batches x 2 epochs. Independently,
+the first mini-batch's gradient must equal the autograd gradient of the PPO loss written out in plain float64
+code. Each rank also builds a 1-rank mesh of its own, so the one-process runs happen in the same Ray actors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from types import SimpleNamespace
+
+import pytest
+import ray
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from verl_like.config.actor import ActorConfig, FSDPConfig, OptimConfig, PolicyLossOptions
+from verl_like.engine.fsdp import FSDPEngine
+from verl_like.models.tiny import build_tiny_model
+from verl_like.protocol import DataProto
+from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, Worker, WorkerGroup, register
+from verl_like.workers.actor import PPOActor
+from verl_like.workers.ppo_update import epoch_order
+from verl_like.workers.reference import ReferencePolicy, reference_engine_config
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import test modules
+
+PROMPT_LEN, RESPONSE_LEN, ROWS, TEMPERATURE = 5, 6, 8, 0.8
+# Adam's step is lr * m / (sqrt(v) + eps): a larger eps keeps float32-vs-float32 comparisons well-posed where a
+# gradient entry is ~0 (see tests/integration/engine).
+OPTIM = OptimConfig(lr=1e-3, eps=1e-5, weight_decay=0.0)
+
+
+def _config(**overrides) -> ActorConfig:
+    base = dict(
+        ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=1, clip_ratio=0.2, entropy_coeff=0.01,
+        use_kl_loss=True, kl_loss_coef=0.1, optim=OPTIM,
+    )
+    return ActorConfig(**{**base, **overrides})
+
+
+class RecordingEngine(FSDPEngine):
+    """An FSDPEngine that keeps the full gradient of its first optimizer step (a collective, like the step)."""
+
+    first_grads: dict[str, torch.Tensor] | None = None
+
+    def optimizer_step(self) -> float:
+        if self.first_grads is None:
+            self.first_grads = {
+                name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
+                for name, p in self.model.named_parameters()
+            }
+        return super().optimizer_step()
+
+
+class PolicyHost(Worker):
+    """Hosts PPOActor / ReferencePolicy on the group's mesh, or on a 1-rank mesh of its own (`solo`)."""
+
+    def __init__(self, model_dir: str) -> None:
+        self.model_dir = model_dir
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def setup(self) -> None:
+        self.init_distributed(timeout_s=120)
+        singles = [dist.new_group([rank]) for rank in range(self.world_size)]  # collective: every rank makes all
+        self.solo_mesh = DeviceMesh.from_group(singles[self.rank], "cpu", mesh_dim_names=("dp",))
+        config = _config()
+        self.actor = PPOActor(FSDPEngine(config.to_engine_config(self.model_dir)), config)
+        self.reference = ReferencePolicy(FSDPEngine(reference_engine_config(config.to_engine_config(self.model_dir))))
+
+    @register(dispatch=Dispatch.DP_COMPUTE_PROTO)
+    def log_probs(self, batch: DataProto) -> DataProto:
+        actor = self.actor.compute_log_prob(batch, temperature=TEMPERATURE, calculate_entropy=True)
+        return actor.union(self.reference.compute_ref_log_prob(batch))  # temperature from meta_info
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def reference_refusals(self, batch: DataProto) -> dict[str, str]:
+        engine, errors = self.reference.engine, {}
+        for name, call in (
+            ("forward_backward", lambda: engine.forward_backward(batch, lambda o, m: (o["log_probs"].sum(), {}))),
+            ("optimizer_step", engine.optimizer_step),
+            ("current_lr", lambda: engine.current_lr),
+            ("save_checkpoint", lambda: engine.save_checkpoint("/never/written")),
+        ):
+            try:
+                call()
+                errors[name] = "no error"
+            except RuntimeError as exc:
+                errors[name] = str(exc)
+        return errors
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def update(self, batch: DataProto, config: ActorConfig, solo: bool, orders: list | None = None) -> dict:
+        """Full batch in; DP runs use this rank's chunk, solo runs the whole batch once per entry of `orders`."""
+        engine = RecordingEngine(config.to_engine_config(self.model_dir), self.solo_mesh if solo else None)
+        actor = PPOActor(engine, config)
+        if solo:
+            metrics = [actor.update_policy(batch[order] if order is not None else batch) for order in orders or [None]]
+        else:
+            metrics = [actor.update_policy(batch.chunk(self.world_size)[self.rank])]
+        weights = {name: tensor.clone() for name, tensor in engine.full_state_iterator()}
+        keep = solo or self.rank == 0
+        return {"metrics": metrics, "weights": weights if keep else None, "first_grads": engine.first_grads}
+
+
+def _ppo_batch(vocab_size: int, seed: int) -> dict[str, torch.Tensor]:
+    """Left-padded prompts and right-padded responses of varied lengths (pad id 0), advantages, IS weights."""
+    gen = torch.Generator().manual_seed(seed)
+    prompt_lens = [5, 1, 3, 4, 2, 5, 3, 1]
+    response_lens = [6, 2, 4, 1, 6, 3, 5, 2]
+    input_ids = torch.zeros(ROWS, PROMPT_LEN + RESPONSE_LEN, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, (p, r) in enumerate(zip(prompt_lens, response_lens)):
+        span = slice(PROMPT_LEN - p, PROMPT_LEN + r)
+        input_ids[row, span] = torch.randint(3, vocab_size, (p + r,), generator=gen)
+        attention_mask[row, span] = 1
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(1) - 1).clamp(min=0),
+        "responses": input_ids[:, PROMPT_LEN:],
+        "response_mask": attention_mask[:, PROMPT_LEN:],
+        "advantages": torch.randn(ROWS, RESPONSE_LEN, generator=gen),
+        "rollout_is_weights": 0.5 + torch.rand(ROWS, RESPONSE_LEN, generator=gen),
+    }
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return str(build_tiny_model(tmp_path_factory.mktemp("actor_models") / "tiny"))
+
+
+@pytest.fixture(scope="module")
+def host(ray_cluster, model_dir):
+    pool = ResourcePool.create([2], device="cpu", cpus_per_process=0.5, name="actor_update_test")
+    group = WorkerGroup(pool, RoleSpec(PolicyHost, (model_dir,)), name="actor_update_test")
+    group.setup()
+    yield group
+    group.shutdown()
+    pool.remove()
+
+
+@pytest.fixture(scope="module")
+def log_probs(host, model_dir) -> DataProto:
+    tensors = _ppo_batch(AutoConfig.from_pretrained(model_dir).vocab_size, seed=0)
+    return host.log_probs(DataProto.from_dict(tensors=tensors, meta_info={"temperature": TEMPERATURE}))
+
+
+@pytest.fixture(scope="module")
+def batch(model_dir, log_probs) -> DataProto:
+    """A batch whose old and reference log-probs sit around the current ones, so ratios leave the clip range."""
+    tensors = _ppo_batch(AutoConfig.from_pretrained(model_dir).vocab_size, seed=0)
+    gen = torch.Generator().manual_seed(1)
+    current = log_probs.batch["old_log_probs"]
+    tensors["old_log_probs"] = current + 0.3 * torch.randn(current.shape, generator=gen)
+    tensors["ref_log_probs"] = current + 0.2 * torch.randn(current.shape, generator=gen)
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": TEMPERATURE})
+
+
+def _assert_same_update(dp_result: dict, solo_metrics: dict, solo_weights: dict) -> None:
+    dp_metrics = dp_result["metrics"][0]
+    assert dp_metrics.keys() == solo_metrics.keys()
+    for name, value in solo_metrics.items():
+        assert dp_metrics[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+    for name, expected in solo_weights.items():
+        torch.testing.assert_close(dp_result["weights"][name], expected, atol=2e-6, rtol=0, msg=name)
+
+
+def _run_both(host, batch, config, solo_config=None, orders=None) -> tuple[list[dict], list[dict]]:
+    dp = host.update(batch, config, solo=False)
+    solo = host.update(batch, solo_config or config, solo=True, orders=orders)
+    for name, tensor in solo[0]["weights"].items():  # both ranks ran the same one-process update
+        assert torch.equal(tensor, solo[1]["weights"][name]), name
+    return dp, solo
+
+
+def test_reference_log_probs_equal_the_actors_before_any_update(log_probs):
+    torch.testing.assert_close(log_probs.batch["ref_log_probs"], log_probs.batch["old_log_probs"], atol=0, rtol=0)
+    mask = log_probs.batch["old_log_probs"] != 0
+    assert mask.sum() > 20  # real values, not zeros
+    assert log_probs.batch["entropy"][mask].min() > 0
+
+
+def test_reference_engine_refuses_to_train(host, batch):
+    for errors in host.reference_refusals(batch.chunk(2)[0]):
+        assert errors.keys() == {"forward_backward", "optimizer_step", "current_lr", "save_checkpoint"}
+        for message in errors.values():
+            assert "inference_only=True" in message
+
+
+def test_micro_batches_on_two_ranks_equal_one_process(host, batch):
+    dp, solo = _run_both(host, batch, _config())
+    _assert_same_update(dp[0], solo[0]["metrics"][0], solo[0]["weights"])
+    metrics = dp[0]["metrics"][0]
+    assert dp[1]["metrics"] == dp[0]["metrics"]  # the same metrics on every rank
+    assert metrics["actor/pg_clipfrac"] > 0  # the perturbed old log-probs push ratios out of the clip range
+    assert metrics["actor/kl_loss"] > 0 and metrics["actor/kl_coef"] == 0.1
+    assert metrics["actor/lr"] == pytest.approx(1e-3)
+    assert {"actor/entropy", "actor/ppo_kl", "actor/is_weight_mean", "actor/grad_norm"} <= metrics.keys()
+
+
+def test_dynamic_packed_gspo_on_two_ranks_equals_one_process(host, batch):
+    config = _config(
+        ppo_micro_batch_size_per_gpu=None, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=16,
+        use_remove_padding=True, policy_loss=PolicyLossOptions("gspo"), loss_agg_mode="seq-mean-token-sum-norm",
+        clip_ratio_low=0.1, clip_ratio_high=0.3, entropy_coeff=0.0, kl_loss_type="k2", grad_clip=None,
+    )
+    dp, solo = _run_both(host, batch, config)
+    _assert_same_update(dp[0], solo[0]["metrics"][0], solo[0]["weights"])
+    assert "actor/entropy" not in dp[0]["metrics"][0]  # entropy_coeff == 0: not computed
+
+
+def test_shuffled_mini_batches_and_epochs_on_two_ranks_equal_one_process(host, batch):
+    """2 mini-batches x 2 epochs, shuffled. One process reproduces the ranks' mini-batches (each rank permutes
+    its own rows with the shared permutation) by running one unshuffled epoch per permuted order."""
+    config = _config(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2, shuffle=True,
+                     data_loader_seed=5, loss_agg_mode="seq-mean-token-mean", use_kl_loss=False)
+    batch = batch.select(batch_keys=[key for key in batch.batch.keys() if key != "rollout_is_weights"])
+    solo_config = dataclasses.replace(config, ppo_epochs=1, shuffle=False)
+    per_rank, orders = ROWS // 2, []
+    for epoch in range(2):
+        local = epoch_order(per_rank, shuffle=True, seed=5, step=0, epoch=epoch)
+        assert not torch.equal(local, torch.arange(per_rank))
+        halves = [local[:2], local[2:]]  # the rank-local mini-batches, the same on both ranks
+        orders.append(torch.cat([rank * per_rank + half for half in halves for rank in range(2)]))
+    dp, solo = _run_both(host, batch, config, solo_config, orders)
+    per_epoch = solo[0]["metrics"]
+    averaged = {name: (per_epoch[0][name] + per_epoch[1][name]) / 2 for name in per_epoch[0]}
+    _assert_same_update(dp[0], averaged, solo[0]["weights"])
+    assert not {"actor/kl_loss", "actor/kl_coef", "actor/is_weight_mean"} & dp[0]["metrics"][0].keys()
+
+
+def _float64_ppo_loss(model, batch: dict[str, torch.Tensor], rows: list[int], config: ActorConfig) -> torch.Tensor:
+    """The token-mean PPO loss (dual clip, IS weights, entropy bonus, k3 KL loss), one token at a time."""
+    low, high, dual = config.clip_ratio, config.clip_ratio, config.clip_ratio_c
+    terms, count = [], 0
+    for row in rows:
+        valid = batch["attention_mask"][row].bool()
+        ids = batch["input_ids"][row][valid]
+        prompt = int(valid[:PROMPT_LEN].sum())
+        logits = model(input_ids=ids[None]).logits[0].double() / TEMPERATURE
+        for t in range(int(batch["response_mask"][row].sum())):
+            log_p = torch.log_softmax(logits[prompt - 1 + t], dim=-1)
+            log_prob = log_p[ids[prompt + t]]
+            ratio = torch.exp(log_prob - float(batch["old_log_probs"][row, t]))
+            adv = float(batch["advantages"][row, t])
+            surrogate = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - low, 1 + high))
+            if adv < 0:
+                surrogate = torch.minimum(surrogate, torch.tensor(-adv * dual, dtype=torch.float64))
+            surrogate = surrogate * float(batch["rollout_is_weights"][row, t])
+            entropy = -(log_p.exp() * log_p).sum()
+            d = float(batch["ref_log_probs"][row, t]) - log_prob  # k3 = e^d - d - 1
+            kl = torch.exp(d) - d - 1
+            terms.append(surrogate - config.entropy_coeff * entropy + config.kl_loss_coef * kl)
+            count += 1
+    return torch.stack(terms).sum() / count
+
+
+def test_first_mini_batch_gradient_equals_a_float64_reference(host, batch, model_dir):
+    config = _config(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1)
+    dp = host.update(batch, config, solo=False)
+    # Unshuffled, mini-batch 0 is rows 0-1 of each rank's half of the batch.
+    first_rows = [0, 1, ROWS // 2, ROWS // 2 + 1]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64, attn_implementation="eager")
+    loss = _float64_ppo_loss(model, dict(batch.batch.items()), first_rows, config)
+    loss.backward()
+    grads = dp[0]["first_grads"]
+    norm = math.sqrt(sum(float(p.grad.square().sum()) for p in model.parameters()))
+    assert grads.keys() == {name for name, _ in model.named_parameters()}
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(grads[name].double(), param.grad, atol=1e-6 * norm, rtol=1e-4, msg=name)
+    assert dp[0]["metrics"][0]["actor/grad_norm"] > 0
+    assert torch.equal(dp[0]["first_grads"]["lm_head.weight"], dp[1]["first_grads"]["lm_head.weight"])
+
+
+def test_update_policy_names_what_the_batch_lacks():
+    engine = SimpleNamespace(dp_size=2, global_step=0)  # the checks run before the engine is touched
+    tensors = _ppo_batch(vocab_size=50, seed=0)
+    tensors["old_log_probs"] = torch.zeros(ROWS, RESPONSE_LEN)
+    actor = PPOActor(engine, _config(ppo_mini_batch_size=4))
+    no_ref = DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+    with pytest.raises(KeyError, match=r"lacks \['ref_log_probs'\] \(use_kl_loss needs"):
+        actor.update_policy(no_ref)
+    tensors["ref_log_probs"] = torch.zeros(ROWS, RESPONSE_LEN)
+    with pytest.raises(KeyError, match=r"meta_info\['temperature'\] is unset"):
+        actor.update_policy(DataProto.from_dict(tensors=tensors))
+    uneven = DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})[:3]
+    with pytest.raises(ValueError, match=r"holds 3 samples.*share 2 .*actor_rollout_ref\.actor\.ppo_mini_batch_size"):
+        actor.update_policy(uneven)
+
+
+def test_reference_engine_config_drops_the_optimizer(model_dir):
+    offloading = FSDPConfig(optimizer_offload=True, param_offload=True)
+    actor_engine = _config(fsdp_config=offloading).to_engine_config(model_dir)
+    reference = reference_engine_config(actor_engine)
+    assert reference.inference_only and not reference.optimizer_offload and reference.param_offload
+    assert dataclasses.replace(reference, inference_only=False, optimizer_offload=True) == actor_engine
+    with pytest.raises(ValueError, match=r"optimizer_offload=True but inference_only=True"):
+        dataclasses.replace(actor_engine, inference_only=True)

@@ -1,0 +1,140 @@
+"""PPOActor: the policy's log-probs and its PPO update, on top of a TrainEngine (a plain class, not a Worker).
+
+The worker that hosts it (ActorRolloutWorker) owns the engine's life cycle (offload/onload, checkpoints, weight
+sync to the rollout engine); this class only computes. Every method is called on every data-parallel rank
+together, each with its own rows.
+
+    engine = FSDPEngine(actor_config.to_engine_config(model_path, total_training_steps=steps))
+    actor = PPOActor(engine, actor_config)
+    old = actor.compute_log_prob(batch, temperature=rollout_temperature)   # "old_log_probs"
+    metrics = actor.update_policy(batch.union(old).union(advantages...))  # {"actor/pg_loss": ..., ...}
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from verl_like.algorithms import (
+    LossNormalizer,
+    PolicyLossInputs,
+    aggregate_loss,
+    compute_kl_loss,
+    compute_policy_loss,
+    masked_mean,
+)
+from verl_like.config.actor import ActorConfig
+from verl_like.engine.base import LossFn, TrainEngine
+from verl_like.engine.model_outputs import response_mask_of
+from verl_like.protocol import DataProto
+from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
+
+logger = logging.getLogger(__name__)
+
+_MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
+# Policy-loss metrics that are not token means and so are not reduced like them.
+_NOT_TOKEN_MEANS = ("pg_loss", "is_weight_max", "is_weight_min")
+
+
+class PPOActor:
+    """The policy role: `compute_log_prob` and `update_policy` with the engine it is given.
+
+    engine: a causal-LM TrainEngine built from `config.to_engine_config(...)` (with an optimizer).
+    config: the frozen `actor_rollout_ref.actor` node.
+    """
+
+    def __init__(self, engine: TrainEngine, config: ActorConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self._policy_loss_config = config.policy_loss_config()
+
+    def compute_log_prob(self, batch: DataProto, temperature: float, calculate_entropy: bool = False) -> DataProto:
+        """"old_log_probs" (and "entropy") `(batch, response_len)` of this rank's rows under the current weights.
+
+        `temperature` must be the rollout's: log-probs come from logits / temperature, as the rollout sampled.
+        """
+        outputs = self.engine.forward(batch, temperature=temperature, calculate_entropy=calculate_entropy)
+        return outputs.rename("log_probs", "old_log_probs")
+
+    def update_policy(self, batch: DataProto) -> dict[str, float]:
+        """Runs ppo_epochs over shuffled mini-batches of this rank's rows; returns metrics averaged over the steps.
+
+        The batch needs the model inputs, "old_log_probs", "advantages", "ref_log_probs" when use_kl_loss is on,
+        optionally "response_mask" and "rollout_is_weights" (from `compute_rollout_is_weights` on the driver,
+        multiplying the per-token policy loss), and meta_info["temperature"] (the rollout's).
+        Metrics: actor/pg_loss, actor/pg_clipfrac(_upper, _lower, _dual), actor/ppo_kl, actor/entropy (only
+        when entropy_coeff != 0, the entropy the bonus used), actor/kl_loss and actor/kl_coef (with use_kl_loss),
+        actor/is_weight_mean (with rollout IS weights), actor/grad_norm, actor/lr. Every value is the mean over
+        the update's optimizer steps of a mini-batch-wide value (the same on every rank).
+        """
+        batch = self._training_rows(batch)
+        history = run_ppo_update(
+            self.engine,
+            batch,
+            self.config,
+            self._make_loss_fn,
+            loss_scale_factor=self.config.loss_scale_factor,
+            temperature=batch.meta_info["temperature"],
+            calculate_entropy=self.config.entropy_coeff != 0,
+        )
+        metrics = mean_metrics(history, "actor")
+        if self.config.use_kl_loss:
+            metrics["actor/kl_coef"] = self.config.kl_loss_coef
+        return metrics
+
+    def _training_rows(self, batch: DataProto) -> DataProto:
+        """The batch narrowed to what the update reads, after checking that it is all there."""
+        needed = list(_MODEL_KEYS) + ["old_log_probs", "advantages"]
+        if self.config.use_kl_loss:
+            needed.append("ref_log_probs")
+        missing = [key for key in needed if key not in batch.batch.keys()]
+        if missing:
+            hint = " (use_kl_loss needs the reference policy's log-probs)" if "ref_log_probs" in missing else ""
+            raise KeyError(
+                f"PPOActor.update_policy: the batch lacks {missing}{hint}; it has {sorted(batch.batch.keys())}"
+            )
+        if "temperature" not in batch.meta_info:
+            raise KeyError(
+                "PPOActor.update_policy: batch.meta_info['temperature'] is unset; set it to the rollout's sampling "
+                "temperature (the log-probs must be computed as the rollout sampled)"
+            )
+        optional = [key for key in ("response_mask", "rollout_is_weights") if key in batch.batch.keys()]
+        return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=["temperature"])
+
+    def _make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
+        config = self.config
+
+        def loss_fn(outputs: dict[str, torch.Tensor], micro_batch: DataProto) -> tuple[torch.Tensor, dict]:
+            tensors = micro_batch.batch
+            mask = response_mask_of(tensors)
+            log_probs = outputs["log_probs"]
+            policy = compute_policy_loss(
+                config.policy_loss.loss_mode,
+                PolicyLossInputs(
+                    old_log_probs=tensors["old_log_probs"],
+                    log_probs=log_probs,
+                    advantages=tensors["advantages"],
+                    response_mask=mask,
+                    rollout_is_weights=tensors.get("rollout_is_weights", None),
+                ),
+                normalizer=normalizer,
+                config=self._policy_loss_config,
+            )
+            loss = policy.loss
+            shares = {"pg_loss": policy.metrics["pg_loss"]}
+            token_means = {name: value for name, value in policy.metrics.items() if name not in _NOT_TOKEN_MEANS}
+            token_means["ppo_kl"] = token_means.pop("approx_kl")
+            if config.entropy_coeff != 0:
+                entropy = outputs["entropy"]
+                loss = loss - config.entropy_coeff * aggregate_loss(entropy, mask, normalizer)
+                token_means["entropy"] = masked_mean(entropy, mask.bool())
+            if config.use_kl_loss:
+                kl = compute_kl_loss(
+                    log_probs, tensors["ref_log_probs"], mask, normalizer=normalizer, kl_loss_type=config.kl_loss_type
+                )
+                loss = loss + config.kl_loss_coef * kl.loss
+                shares["kl_loss"] = kl.metrics["kl_loss"]
+            return loss, metric_entries(shares, token_means, mask)
+
+        return loss_fn

@@ -1,0 +1,145 @@
+"""The PPO update loop the actor and the critic share: epochs over mini-batches, one optimizer step each.
+
+Per mini-batch, every data-parallel rank builds the same `LossNormalizer` from the whole mini-batch's response
+mask (one all_reduce over the engine's DP group), the engine accumulates the gradient of the mini-batch loss over
+this rank's micro-batches and sums it over ranks, and `optimizer_step` applies it. Mini-batch k is the k-th
+slice of every rank's (possibly shuffled) rows; with the same rows in each mini-batch, the update is the same
+whether the rows sit on one rank or on many.
+
+Metrics are data-parallel-invariant too: a role's loss function reports its micro-batch's loss *shares*
+(summed over micro-batches and ranks, they give the mini-batch loss) and its micro-batch token means weighted
+by the micro-batch's valid tokens (`metric_entries`); `reduce_metrics` turns them into mini-batch values with
+one all_reduce, so a metric equals what one process computes on the whole mini-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+
+from verl_like.algorithms import LossNormalizer
+from verl_like.engine.base import LossFn, TrainEngine
+from verl_like.engine.model_outputs import response_mask_of
+from verl_like.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+_SHARE = "share/"
+_WEIGHTED = "weighted/"
+_TOKENS = "tokens"
+
+
+class PPOUpdateSettings(Protocol):
+    """What the loop reads from the role's config node (ActorConfig and CriticConfig both provide it)."""
+
+    PREFIX: str
+    ppo_epochs: int
+    shuffle: bool
+    data_loader_seed: int
+    loss_agg_mode: str
+
+    def mini_batch_size_per_rank(self, dp_size: int) -> int: ...
+
+
+def epoch_order(num_rows: int, *, shuffle: bool, seed: int, step: int, epoch: int) -> torch.Tensor:
+    """Row order of one epoch `(num_rows,)`: 0..n-1, or a permutation drawn from (seed, step, epoch).
+
+    Every rank holds the same number of rows and draws the same permutation; `step` (the engine's optimizer step
+    when the update starts) makes each update shuffle differently and keeps resumed runs reproducible.
+    """
+    if not shuffle:
+        return torch.arange(num_rows)
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + step) * 1_009 + epoch)
+    return torch.randperm(num_rows, generator=generator)
+
+
+def metric_entries(
+    shares: dict[str, torch.Tensor], token_means: dict[str, torch.Tensor], response_mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """A loss function's metrics for `reduce_metrics`: loss shares as they are, token means times valid tokens."""
+    tokens = response_mask.sum().to(torch.float64)
+    entries = {_SHARE + name: value.detach() for name, value in shares.items()}
+    entries.update({_WEIGHTED + name: value.detach().double() * tokens for name, value in token_means.items()})
+    entries[_TOKENS] = tokens
+    return entries
+
+
+def reduce_metrics(per_micro_batch: dict[str, list[float]], group: dist.ProcessGroup) -> dict[str, float]:
+    """Mini-batch metrics from `metric_entries` of this rank's micro-batches, summed over the ranks of `group`."""
+    names = sorted(per_micro_batch)
+    totals = torch.tensor([sum(per_micro_batch[name]) for name in names], dtype=torch.float64)
+    dist.all_reduce(totals, group=group)
+    summed = dict(zip(names, totals.tolist()))
+    tokens = summed.get(_TOKENS, 0.0)
+    metrics = {}
+    for name, value in summed.items():
+        if name.startswith(_SHARE):
+            metrics[name[len(_SHARE):]] = value
+        elif name.startswith(_WEIGHTED):
+            metrics[name[len(_WEIGHTED):]] = value / tokens if tokens > 0 else 0.0
+    return metrics
+
+
+def check_rows(batch: DataProto, settings: PPOUpdateSettings, mini_batch_size: int) -> None:
+    """Raises unless this rank's rows split into whole mini-batches of `mini_batch_size`."""
+    if len(batch) == 0 or len(batch) % mini_batch_size:
+        raise ValueError(
+            f"this rank holds {len(batch)} samples, not a positive multiple of its mini-batch share "
+            f"{mini_batch_size} ({settings.PREFIX}.ppo_mini_batch_size / data-parallel size); send a batch of "
+            f"a multiple of {settings.PREFIX}.ppo_mini_batch_size samples"
+        )
+
+
+def run_ppo_update(
+    engine: TrainEngine,
+    batch: DataProto,
+    settings: PPOUpdateSettings,
+    make_loss_fn: Callable[[LossNormalizer], LossFn],
+    *,
+    loss_scale_factor: float | None = None,
+    temperature: float = 1.0,
+    calculate_entropy: bool = False,
+) -> dict[str, list[float]]:
+    """Runs `settings.ppo_epochs` passes over `batch` (this rank's rows), one optimizer step per mini-batch.
+
+    `make_loss_fn(normalizer)` gives the loss function of one mini-batch (see verl_like.engine.base for the loss
+    contract; its metrics come from `metric_entries`). Returns, per metric name, one value per mini-batch step
+    (same on every rank), plus "grad_norm" and "lr" (the learning rate each step used).
+    """
+    mini_batch_size = settings.mini_batch_size_per_rank(engine.dp_size)
+    check_rows(batch, settings, mini_batch_size)
+    first_step = engine.global_step
+    history: dict[str, list[float]] = defaultdict(list)
+    for epoch in range(settings.ppo_epochs):
+        order = epoch_order(
+            len(batch), shuffle=settings.shuffle, seed=settings.data_loader_seed, step=first_step, epoch=epoch
+        )
+        for start in range(0, len(batch), mini_batch_size):
+            mini_batch = batch[order[start : start + mini_batch_size]]
+            normalizer = LossNormalizer.for_mini_batch(
+                response_mask_of(mini_batch.batch),
+                settings.loss_agg_mode,
+                dp_group=engine.dp_group,
+                grad_reduction="sum",  # the engine sums gradients over ranks
+                loss_scale_factor=loss_scale_factor,
+            )
+            result = engine.forward_backward(
+                mini_batch, make_loss_fn(normalizer), temperature=temperature, calculate_entropy=calculate_entropy
+            )
+            metrics = reduce_metrics(result.metrics, engine.dp_group)
+            metrics["lr"] = engine.current_lr
+            metrics["grad_norm"] = engine.optimizer_step()
+            for name, value in metrics.items():
+                history[name].append(value)
+    logger.debug("%s: %d optimizer steps from step %d", settings.PREFIX, engine.global_step - first_step, first_step)
+    return dict(history)
+
+
+def mean_metrics(history: dict[str, list[float]], prefix: str) -> dict[str, float]:
+    """`{prefix/name: mean over the update's steps}`."""
+    return {f"{prefix}/{name}": sum(values) / len(values) for name, values in history.items()}
