@@ -1,0 +1,98 @@
+"""Synthetic tasks: deterministic splits, a held-out split disjoint from training, parquet files on request."""
+
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+from verl_like.data.synthetic import (
+    TASKS,
+    SyntheticSizes,
+    data_source_of,
+    generate_split,
+    is_held_out,
+    parse_synthetic_spec,
+    resolve_data_files,
+)
+from verl_like.models.tiny import check_encodable
+from verl_like.rewards.synthetic import compute_score
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_answers_are_correct_and_encodable(task):
+    for row in generate_split(task, "train", 200, seed=1):
+        question, answer = row["prompt"][0]["content"], row["reward_model"]["ground_truth"]
+        check_encodable(question + answer)
+        if task == "add":
+            a, b = question.removesuffix("=?").split("+")
+            assert int(answer) == int(a) + int(b)
+        elif task == "reverse":
+            assert answer == question.split()[1][::-1]
+        else:
+            assert answer == "".join(sorted(question.split()[1]))
+        assert row["data_source"] == data_source_of(task)
+        assert compute_score(answer, row["reward_model"]["ground_truth"]) == 1.0
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_test_split_is_held_out_and_distinct(task):
+    test = [r["prompt"][0]["content"] for r in generate_split(task, "test", 200)]
+    assert len(set(test)) == 200 and all(is_held_out(q) for q in test)
+    for split in ("train", "sft"):
+        questions = {r["prompt"][0]["content"] for r in generate_split(task, split, 1000)}
+        assert not questions & set(test)
+
+
+def test_splits_are_deterministic_and_seeded():
+    assert generate_split("add", "train", 50, seed=3) == generate_split("add", "train", 50, seed=3)
+    assert generate_split("add", "train", 50, seed=3) != generate_split("add", "train", 50, seed=4)
+    assert generate_split("add", "train", 50) != generate_split("add", "sft", 50)
+
+
+def test_asking_for_more_held_out_questions_than_exist():
+    with pytest.raises(ValueError, match=r"cannot supply 5000 distinct held-out questions"):
+        generate_split("add", "test", 5000)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"unknown synthetic task 'mul'; known tasks: \['add', 'reverse', 'sort'\]"):
+        generate_split("mul", "train", 5)
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        generate_split("add", "dev", 5)
+    with pytest.raises(ValueError, match="size=0 must be >= 1"):
+        generate_split("add", "train", 0)
+
+
+def test_parse_synthetic_spec():
+    assert parse_synthetic_spec("synthetic:add") == ("add", "train")
+    assert parse_synthetic_spec("synthetic:sort:test") == ("sort", "test")
+    with pytest.raises(ValueError, match="split 'dev' is not one of"):
+        parse_synthetic_spec("synthetic:add:dev")
+    with pytest.raises(ValueError, match="bad synthetic data spec 'synthetic:'"):
+        parse_synthetic_spec("synthetic:")
+    with pytest.raises(ValueError, match="unknown synthetic task"):
+        parse_synthetic_spec("synthetic:nope")
+    with pytest.raises(ValueError, match="not a synthetic data spec"):
+        parse_synthetic_spec("data.parquet")
+
+
+def test_resolve_data_files_writes_parquet_once(tmp_path):
+    sizes = SyntheticSizes(train=64, test=16, sft=8)
+    [train] = resolve_data_files("synthetic:add", tmp_path, sizes)
+    [test] = resolve_data_files(["synthetic:add:test"], tmp_path, sizes)
+    assert pq.read_table(train).num_rows == 64 and pq.read_table(test).num_rows == 16
+    assert pq.read_table(train).to_pylist() == generate_split("add", "train", 64)
+    written = os.stat(train).st_mtime_ns
+    assert resolve_data_files("synthetic:add", tmp_path, sizes) == [train]
+    assert os.stat(train).st_mtime_ns == written  # not rewritten
+
+
+def test_resolve_data_files_mixes_paths_and_checks_them(tmp_path):
+    real = tmp_path / "mine.parquet"
+    real.write_bytes(b"x")
+    files = resolve_data_files(f"{real}, synthetic:sort:test", tmp_path, SyntheticSizes(test=8))
+    assert files[0] == str(real) and files[1].endswith("sort_test_8_s0_v1.parquet")
+    with pytest.raises(FileNotFoundError, match=r"data file '.*missing.parquet' does not exist"):
+        resolve_data_files(str(tmp_path / "missing.parquet"), tmp_path)
+    with pytest.raises(ValueError, match="no data files"):
+        resolve_data_files(" , ", tmp_path)

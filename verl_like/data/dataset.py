@@ -1,0 +1,187 @@
+"""RLDataset: prompt files -> chat-templated, length-checked prompt token ids; `collate` -> a left-padded DataProto.
+
+Every row is read and checked when the dataset is built (verl_like/data/rows.py), so a bad row stops the job
+before Ray starts, with its file, row index and field. Prompts longer than `data.max_prompt_length` tokens after
+templating are handled by `data.overlong_prompt_policy`: "filter" drops them (the count is `num_filtered`, and
+logged), "left" / "right" / "middle" cut tokens from that side / the middle, "error" raises naming the row.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from verl_like.config.data import DataConfig
+from verl_like.data.rows import DataRowError, PromptRow, load_rows
+from verl_like.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One dataset item: the prompt's token ids (at most max_prompt_length) and what the reward needs."""
+
+    input_ids: list[int]
+    raw_prompt: list[dict[str, str]] | str
+    ground_truth: Any
+    data_source: str
+    extra_info: dict[str, Any]
+    index: int
+    truncated: bool = False
+
+
+def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
+    if side == "left":
+        return ids[-limit:]
+    if side == "right":
+        return ids[:limit]
+    head = limit // 2  # middle: keep the start and the end of the prompt
+    return ids[:head] + ids[len(ids) - (limit - head):]
+
+
+class RLDataset:
+    """The prompts of `files` (parquet or jsonl), templated and tokenized with `tokenizer`, per `config`.
+
+    Reads `config.prompt_key`, `reward_fn_key`, `max_prompt_length`, `overlong_prompt_policy`, `chat_template`,
+    `apply_chat_template` (other DataConfig fields belong to the loader and trainer). `dataset[i]` is a
+    `PromptItem`; `dataset.collate(items)` builds the rollout input.
+    """
+
+    def __init__(self, files: Sequence[str], tokenizer: PreTrainedTokenizerBase, config: DataConfig) -> None:
+        if isinstance(files, str):
+            files = [files]
+        self.files = [str(f) for f in files]
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_prompt_length = config.max_prompt_length
+        self.policy = config.overlong_prompt_policy
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to its eos token)")
+        if config.apply_chat_template and config.chat_template is None and not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                "data.apply_chat_template=true but the tokenizer has no chat template; set data.chat_template to a "
+                "Jinja template, or data.apply_chat_template=false to tokenize text prompts as they are"
+            )
+        rows = load_rows(self.files, config.prompt_key, config.reward_fn_key)
+        self.items: list[PromptItem] = []
+        self.num_filtered = 0
+        self.num_truncated = 0
+        longest = 0
+        for row in rows:
+            item = self._tokenize(row, len(self.items))
+            longest = max(longest, len(item.input_ids))
+            if len(item.input_ids) > self.max_prompt_length:
+                if self.policy == "filter":
+                    self.num_filtered += 1
+                    continue
+                item = self._cut(item, row)
+            self.items.append(item)
+        if self.num_filtered:
+            logger.warning(
+                "%s: filtered %d of %d prompts longer than data.max_prompt_length=%d tokens (longest %d); "
+                "raise max_prompt_length to keep them", ", ".join(self.files), self.num_filtered, len(rows),
+                self.max_prompt_length, longest,
+            )
+        if self.num_truncated:
+            logger.warning("%s: truncated %d prompts (%s) to data.max_prompt_length=%d tokens",
+                           ", ".join(self.files), self.num_truncated, self.policy, self.max_prompt_length)
+        if not self.items:
+            raise ValueError(
+                f"{', '.join(self.files)}: all {len(rows)} prompts are longer than data.max_prompt_length="
+                f"{self.max_prompt_length} tokens (longest {longest}) and were filtered; raise max_prompt_length"
+            )
+
+    def _template(self, row: PromptRow) -> str:
+        where = f"{row.file} row {row.row_index}"
+        if not self.config.apply_chat_template:
+            if not isinstance(row.prompt, str):
+                raise DataRowError(
+                    f"{where}: field {self.config.prompt_key!r} holds chat messages but data.apply_chat_template=false;"
+                    " set it true, or store the prompt as text"
+                )
+            return row.prompt
+        messages = [{"role": "user", "content": row.prompt}] if isinstance(row.prompt, str) else row.prompt
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, chat_template=self.config.chat_template, add_generation_prompt=True, tokenize=False
+            )
+        except Exception as error:  # jinja raises TemplateError and others from raise_exception()
+            raise DataRowError(
+                f"{where}: the chat template rejected field {self.config.prompt_key!r} ({error}); fix the messages or "
+                "set data.chat_template"
+            ) from error
+
+    def _tokenize(self, row: PromptRow, index: int) -> PromptItem:
+        text = self._template(row)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not ids:
+            raise DataRowError(
+                f"{row.file} row {row.row_index}: field {self.config.prompt_key!r} tokenizes to no tokens; the "
+                "tokenizer cannot encode its characters"
+            )
+        return PromptItem(list(ids), row.prompt, row.ground_truth, row.data_source, row.extra_info, index)
+
+    def _cut(self, item: PromptItem, row: PromptRow) -> PromptItem:
+        if self.policy == "error":
+            raise DataRowError(
+                f"{row.file} row {row.row_index}: field {self.config.prompt_key!r} is {len(item.input_ids)} tokens after "
+                f"the chat template, over data.max_prompt_length={self.max_prompt_length}; raise max_prompt_length, "
+                "or set data.truncation to filter/left/right/middle"
+            )
+        self.num_truncated += 1
+        ids = _truncate(item.input_ids, self.max_prompt_length, self.policy)
+        return PromptItem(ids, item.raw_prompt, item.ground_truth, item.data_source, item.extra_info, item.index,
+                          truncated=True)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> PromptItem:
+        return self.items[index]
+
+    def collate(self, items: Sequence[PromptItem]) -> DataProto:
+        """The rollout input of `items` (see `collate`) padded to this dataset's max_prompt_length."""
+        return collate(items, self.max_prompt_length, int(self.tokenizer.pad_token_id))
+
+
+def collate(items: Sequence[PromptItem], max_prompt_length: int, pad_token_id: int) -> DataProto:
+    """A DataProto of `items`: `input_ids`, `attention_mask`, `position_ids` `(batch, max_prompt_length)`,
+    left-padded with `pad_token_id`, positions counting 0, 1, ... from each prompt's first token; non-tensor
+    columns raw_prompt, ground_truth, data_source, extra_info, index and a fresh uid per row."""
+    if not items:
+        raise ValueError("collate got no items; a batch needs at least one prompt")
+    rows = len(items)
+    input_ids = torch.full((rows, max_prompt_length), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((rows, max_prompt_length), dtype=torch.long)
+    for i, item in enumerate(items):
+        length = len(item.input_ids)
+        if length > max_prompt_length:
+            raise ValueError(f"item {item.index} has {length} tokens, over max_prompt_length={max_prompt_length}")
+        input_ids[i, max_prompt_length - length:] = torch.tensor(item.input_ids, dtype=torch.long)
+        attention_mask[i, max_prompt_length - length:] = 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+    def column(values: list) -> np.ndarray:
+        array = np.empty(rows, dtype=object)
+        for i, value in enumerate(values):
+            array[i] = value
+        return array
+
+    return DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
+        non_tensors={
+            "raw_prompt": column([item.raw_prompt for item in items]),
+            "ground_truth": column([item.ground_truth for item in items]),
+            "data_source": column([item.data_source for item in items]),
+            "extra_info": column([item.extra_info for item in items]),
+            "index": np.array([item.index for item in items], dtype=np.int64),
+            "uid": column([uuid.uuid4().hex for _ in items]),
+        },
+    )

@@ -1,0 +1,185 @@
+"""The warm-start checkpoint of the embedded default job: the tiny model after a short supervised fine-tune.
+
+Real RL starts from a supervised model. This module builds the tiny model (verl_like/models/tiny.py), trains it
+for a few hundred steps of plain next-token cross-entropy on the response tokens of a synthetic task's `sft`
+split (disjoint from the held-out `test` split), and saves it with its tokenizer. The fine-tune is deliberately
+short: the model learns the format and part of the skill, so RL starts from a low but non-zero reward it can
+raise. The result is cached in `<cache_dir>/warmstart-<spec hash>` and built once (single process, CPU, seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from verl_like.data.synthetic import generate_split, get_task
+from verl_like.models.tiny import TinyModelSpec, build_tiny_model
+
+logger = logging.getLogger(__name__)
+
+_SPEC_FILE = "verl_like_warmstart_spec.json"
+
+
+@dataclass(frozen=True)
+class WarmStartSpec:
+    """What the warm start trains: model shape, task, and the supervised schedule.
+
+    task: synthetic task whose `sft` split is the training data.
+    sft_examples: rows of the sft split drawn (the fine-tune cycles over them).
+    steps / batch_size / lr: AdamW steps, rows per step and peak learning rate (linear warm-up over 10% of the
+        steps, then constant).
+    seed: data order and dropout-free training are fixed by it (the model's init by `model.seed`).
+    """
+
+    model: TinyModelSpec = TinyModelSpec()
+    task: str = "add"
+    sft_examples: int = 4096
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        get_task(self.task)
+        for name in ("sft_examples", "steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WarmStartSpec.{name}={getattr(self, name)} must be >= 1")
+        if not self.lr > 0:
+            raise ValueError(f"WarmStartSpec.lr={self.lr} must be > 0")
+
+    def spec_hash(self) -> str:
+        """Stable hash of every field (the model spec through its own hash, which covers the tokenizer)."""
+        fields = dataclasses.asdict(self)
+        fields["model"] = self.model.spec_hash()
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sft_tensors(
+    tokenizer: PreTrainedTokenizerBase, rows: list[dict]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded `input_ids`, `attention_mask` and `loss_mask` `(rows, seq_len)` of prompt + answer + eos.
+
+    `loss_mask` marks the answer and eos tokens: the model learns to answer, not to predict the prompt.
+    """
+    sequences, answer_starts = [], []
+    for row in rows:
+        prompt_ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
+            prompt_ids = prompt_ids["input_ids"]
+        answer_ids = tokenizer.encode(row["reward_model"]["ground_truth"], add_special_tokens=False)
+        sequences.append(list(prompt_ids) + answer_ids + [tokenizer.eos_token_id])
+        answer_starts.append(len(prompt_ids))
+    width = max(len(seq) for seq in sequences)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (seq, start) in enumerate(zip(sequences, answer_starts)):
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        attention_mask[i, : len(seq)] = 1
+        loss_mask[i, start : len(seq)] = 1
+    return input_ids, attention_mask, loss_mask
+
+
+def supervised_finetune(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    spec: WarmStartSpec,
+) -> list[float]:
+    """Trains `model` in place on the masked next-token loss; returns the loss of every step.
+
+    Inputs are `(rows, seq_len)` from `sft_tensors`; each step takes `spec.batch_size` rows of a seeded
+    permutation (reshuffled every epoch).
+    """
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    warmup = max(1, spec.steps // 10)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    model.train()
+    rows = input_ids.shape[0]
+    order = torch.randperm(rows, generator=generator)
+    cursor = 0
+    losses = []
+    for _ in range(spec.steps):
+        if cursor + spec.batch_size > rows:
+            order, cursor = torch.randperm(rows, generator=generator), 0
+        picked = order[cursor : cursor + spec.batch_size]
+        cursor += spec.batch_size
+        ids, mask, targets_mask = input_ids[picked], attention_mask[picked], loss_mask[picked]
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+        token_loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1), reduction="none"
+        ).view_as(ids[:, 1:])
+        weights = targets_mask[:, 1:].to(token_loss.dtype)
+        loss = (token_loss * weights).sum() / weights.sum().clamp_min(1.0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def _is_built(path: Path, spec: WarmStartSpec) -> bool:
+    spec_file = path / _SPEC_FILE
+    return spec_file.is_file() and json.loads(spec_file.read_text()).get("hash") == spec.spec_hash()
+
+
+def warmstart_dir(cache_dir: str | os.PathLike, spec: WarmStartSpec = WarmStartSpec()) -> Path:
+    """Where `build_warmstart_model` puts the checkpoint of `spec`."""
+    return Path(cache_dir) / f"warmstart-{spec.task}-{spec.spec_hash()}"
+
+
+def build_warmstart_model(cache_dir: str | os.PathLike, spec: WarmStartSpec = WarmStartSpec()) -> Path:
+    """Builds (once) and returns the folder of the fine-tuned tiny model and its tokenizer, loadable by
+    `AutoModelForCausalLM`/`AutoTokenizer` and vLLM. Concurrent callers each build and the first rename wins."""
+    out_dir = warmstart_dir(cache_dir, spec)
+    if _is_built(out_dir, spec):
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        start = time.perf_counter()
+        base = build_tiny_model(staging / "base", spec.model)
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        torch.manual_seed(spec.model.seed)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        rows = generate_split(spec.task, "sft", spec.sft_examples, spec.seed)
+        input_ids, attention_mask, loss_mask = sft_tensors(tokenizer, rows)
+        losses = supervised_finetune(model, input_ids, attention_mask, loss_mask, spec)
+        final = staging / "model"
+        model.to(getattr(torch, spec.model.torch_dtype)).save_pretrained(final, safe_serialization=True)
+        for name in os.listdir(base):  # tokenizer and generation config travel unchanged
+            if not (final / name).exists():
+                shutil.copy2(base / name, final / name)
+        (final / _SPEC_FILE).write_text(
+            json.dumps({"hash": spec.spec_hash(), "final_loss": losses[-1], "spec": dataclasses.asdict(spec)},
+                       indent=2)
+        )
+        try:
+            os.rename(final, out_dir)
+        except OSError:
+            if not _is_built(out_dir, spec):
+                raise
+        logger.info(
+            "warm start for task %r: %d supervised steps in %.1f s, loss %.3f -> %.3f, saved to %s",
+            spec.task, spec.steps, time.perf_counter() - start, losses[0], losses[-1], out_dir,
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out_dir

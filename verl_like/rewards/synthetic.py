@@ -1,0 +1,8 @@
+"""Scorer of the synthetic tasks (verl_like/data/synthetic.py): exact match of the whole response."""
+
+from __future__ import annotations
+
+
+def compute_score(solution_str: str, ground_truth: str) -> float:
+    """1.0 when the response, stripped of surrounding whitespace, is exactly `ground_truth`; else 0.0."""
+    return 1.0 if solution_str.strip() == str(ground_truth).strip() else 0.0
