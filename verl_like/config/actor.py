@@ -1,9 +1,9 @@
 """Frozen configs of the actor (`actor_rollout_ref.actor`) and the optimizer / FSDP nodes it shares with the critic.
 
-Key names follow verl. Batch sizes are *global* and counted in *samples* (responses): `ppo_mini_batch_size` is
-verl's user-facing value (in prompts) already multiplied by `rollout.n`, so that one number means one thing
-everywhere below the root config. The root config does that multiplication once; workers divide by their
-data-parallel size at run time (`mini_batch_size_per_rank`).
+Key names follow verl, and so do the units: `ppo_mini_batch_size` is global and counted in *prompts*, as the user
+writes it (one mini-batch holds ppo_mini_batch_size * rollout.n samples); micro-batch sizes and token budgets are
+per GPU and counted in samples. The config is never rewritten into other units: a role that needs samples per
+rank is given `rollout_n` and computes them (`mini_batch_size_per_rank(dp_size, rollout_n)`).
 """
 
 from __future__ import annotations
@@ -154,14 +154,18 @@ def check_ppo_update_node(node: PPOUpdateNode) -> None:
         raise ValueError(f"{p}.grad_clip={node.grad_clip} must be > 0, or null to report the norm without clipping")
 
 
-def mini_batch_size_per_rank(node: PPOUpdateNode, dp_size: int) -> int:
-    """Samples of one mini-batch on each data-parallel rank; raises unless the global size divides evenly."""
-    if node.ppo_mini_batch_size % dp_size:
+def mini_batch_size_per_rank(node: PPOUpdateNode, dp_size: int, rollout_n: int) -> int:
+    """Samples of one mini-batch on each data-parallel rank: ppo_mini_batch_size * rollout_n / dp_size."""
+    if rollout_n < 1 or dp_size < 1:
+        raise ValueError(f"rollout_n={rollout_n} and dp_size={dp_size} must be >= 1")
+    samples = node.ppo_mini_batch_size * rollout_n
+    if samples % dp_size:
         raise ValueError(
-            f"{node.PREFIX}.ppo_mini_batch_size={node.ppo_mini_batch_size} (samples) is not divisible by the "
-            f"data-parallel size {dp_size}; set it to a multiple of {dp_size}"
+            f"{node.PREFIX}.ppo_mini_batch_size={node.ppo_mini_batch_size} prompts x rollout.n={rollout_n} = "
+            f"{samples} samples is not divisible by the data-parallel size {dp_size}; make ppo_mini_batch_size * n "
+            f"a multiple of {dp_size}"
         )
-    return node.ppo_mini_batch_size // dp_size
+    return samples // dp_size
 
 
 def build_engine_config(
@@ -221,7 +225,7 @@ class ActorConfig:
     """`actor_rollout_ref.actor`: the policy's PPO update.
 
     Batches
-      ppo_mini_batch_size: samples (responses, i.e. prompts * rollout.n) per optimizer step, over all DP ranks.
+      ppo_mini_batch_size: prompts per optimizer step over all DP ranks (ppo_mini_batch_size * rollout.n samples).
       ppo_micro_batch_size_per_gpu: samples per forward/backward on one rank (gradient accumulation); may be
         null with use_dynamic_bsz.
       use_dynamic_bsz / ppo_max_token_len_per_gpu: micro-batches by token budget instead of row count.
@@ -298,9 +302,9 @@ class ActorConfig:
         high = self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
         return PolicyLossConfig(clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=self.clip_ratio_c)
 
-    def mini_batch_size_per_rank(self, dp_size: int) -> int:
-        """ppo_mini_batch_size / dp_size; raises naming the key when it does not divide."""
-        return mini_batch_size_per_rank(self, dp_size)
+    def mini_batch_size_per_rank(self, dp_size: int, rollout_n: int) -> int:
+        """Samples per rank of one mini-batch (ppo_mini_batch_size * rollout_n / dp_size); raises naming the key."""
+        return mini_batch_size_per_rank(self, dp_size, rollout_n)
 
     def to_engine_config(
         self, model_path: str, *, total_training_steps: int | None = None, seed: int = 0

@@ -1,7 +1,7 @@
 """Frozen config of the critic (`critic`): the value model's PPO update.
 
-Batch sizes follow the actor's convention (verl_like/config/actor.py): global, counted in samples (prompts times
-`rollout.n`); workers divide by their data-parallel size at run time.
+Batch sizes follow the actor's convention (verl_like/config/actor.py): ppo_mini_batch_size is global and counted in
+prompts (times `rollout.n` samples); micro-batch sizes are per GPU and counted in samples.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _critic_optim() -> OptimConfig:
 class CriticConfig:
     """`critic`: PPO value-function training.
 
-    ppo_mini_batch_size: samples per optimizer step, over all DP ranks.
+    ppo_mini_batch_size: prompts per optimizer step over all DP ranks (ppo_mini_batch_size * rollout.n samples).
     ppo_micro_batch_size_per_gpu / use_dynamic_bsz / ppo_max_token_len_per_gpu: micro-batches per rank, by row
       count or by token budget (as the actor's).
     ppo_epochs / shuffle / data_loader_seed: passes over the batch, row shuffling before each (as the actor's).
@@ -64,9 +64,9 @@ class CriticConfig:
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(f"{p}.loss_agg_mode={self.loss_agg_mode!r} must be one of {LOSS_AGG_MODES}")
 
-    def mini_batch_size_per_rank(self, dp_size: int) -> int:
-        """ppo_mini_batch_size / dp_size; raises naming the key when it does not divide."""
-        return mini_batch_size_per_rank(self, dp_size)
+    def mini_batch_size_per_rank(self, dp_size: int, rollout_n: int) -> int:
+        """Samples per rank of one mini-batch (ppo_mini_batch_size * rollout_n / dp_size); raises naming the key."""
+        return mini_batch_size_per_rank(self, dp_size, rollout_n)
 
     def to_engine_config(
         self, model_path: str, *, total_training_steps: int | None = None, seed: int = 0

@@ -5,7 +5,7 @@ sync to the rollout engine); this class only computes. Every method is called on
 together, each with its own rows.
 
     engine = FSDPEngine(actor_config.to_engine_config(model_path, total_training_steps=steps))
-    actor = PPOActor(engine, actor_config)
+    actor = PPOActor(engine, actor_config, rollout_n=rollout_config.n)
     old = actor.compute_log_prob(batch, temperature=rollout_temperature)   # "old_log_probs"
     metrics = actor.update_policy(batch.union(old).union(advantages...))  # {"actor/pg_loss": ..., ...}
 """
@@ -42,11 +42,15 @@ class PPOActor:
 
     engine: a causal-LM TrainEngine built from `config.to_engine_config(...)` (with an optimizer).
     config: the frozen `actor_rollout_ref.actor` node.
+    rollout_n: samples per prompt (`actor_rollout_ref.rollout.n`): a mini-batch is config.ppo_mini_batch_size
+      prompts, i.e. ppo_mini_batch_size * rollout_n samples over all ranks.
     """
 
-    def __init__(self, engine: TrainEngine, config: ActorConfig) -> None:
+    def __init__(self, engine: TrainEngine, config: ActorConfig, rollout_n: int) -> None:
+        config.mini_batch_size_per_rank(1, rollout_n)  # rejects rollout_n < 1 now rather than at the first update
         self.engine = engine
         self.config = config
+        self.rollout_n = rollout_n
         self._policy_loss_config = config.policy_loss_config()
 
     def compute_log_prob(self, batch: DataProto, temperature: float, calculate_entropy: bool = False) -> DataProto:
@@ -74,6 +78,7 @@ class PPOActor:
             batch,
             self.config,
             self._make_loss_fn,
+            rollout_n=self.rollout_n,
             loss_scale_factor=self.config.loss_scale_factor,
             temperature=batch.meta_info["temperature"],
             calculate_entropy=self.config.entropy_coeff != 0,

@@ -1,13 +1,14 @@
 """CriticWorker: the value model as a worker-group role (compute_values, update_critic, checkpoints).
 
-    group = WorkerGroup(pool, RoleSpec(CriticWorker, (critic_config, model_path)), name="critic")
+    spec = RoleSpec(CriticWorker, kwargs={"config": critic, "model_path": path, "rollout_n": rollout.n})
+    group = WorkerGroup(pool, spec, name="critic")
     group.init_model()
     values = group.compute_values(batch)                        # DataProto "values" (batch, response_len)
     metrics = group.update_critic(batch).meta_info["metrics"]   # {"critic/vf_loss": [one value per rank], ...}
 
 DP-dispatched calls split the batch evenly over the ranks. The dispatcher pads a batch whose size does not
 divide by the group size with repeated rows, which would bias an update: send update batches of a multiple of
-critic.ppo_mini_batch_size samples (itself a multiple of the group size).
+critic.ppo_mini_batch_size x rollout.n samples (itself a multiple of the group size).
 """
 
 from __future__ import annotations
@@ -36,15 +37,27 @@ _UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "val
 class CriticWorker(Worker):
     """One rank of the critic group.
 
-    config: the frozen `critic` node. model_path: local HF directory of the backbone (a causal-LM checkpoint
-    gets a fresh value head, the same on every rank). total_training_steps: the run's optimizer steps (needed by
-    a cosine schedule or a warmup ratio). seed: seeds the value head's initialisation.
+    config: the frozen `critic` node.
+    model_path: local HF directory of the backbone (a causal-LM checkpoint gets a fresh value head, the same on
+      every rank).
+    rollout_n: samples per prompt (`actor_rollout_ref.rollout.n`); a mini-batch is config.ppo_mini_batch_size
+      prompts x rollout_n samples.
+    total_training_steps: the run's optimizer steps (needed by a cosine schedule or a warmup ratio).
+    seed: seeds the value head's initialisation.
     """
 
     def __init__(
-        self, config: CriticConfig, model_path: str, total_training_steps: int | None = None, seed: int = 0
+        self,
+        config: CriticConfig,
+        model_path: str,
+        *,
+        rollout_n: int,
+        total_training_steps: int | None = None,
+        seed: int = 0,
     ) -> None:
+        config.mini_batch_size_per_rank(1, rollout_n)  # rejects rollout_n < 1 at construction
         self.config = config
+        self.rollout_n = rollout_n
         self.engine_config = config.to_engine_config(model_path, total_training_steps=total_training_steps, seed=seed)
         self._engine: FSDPEngine | None = None
 
@@ -86,7 +99,7 @@ class CriticWorker(Worker):
         keys = list(_UPDATE_KEYS) + (["response_mask"] if "response_mask" in data.batch.keys() else [])
         rows = data.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
         with self._onloaded("update_critic") as engine:
-            history = run_ppo_update(engine, rows, self.config, self._make_loss_fn)
+            history = run_ppo_update(engine, rows, self.config, self._make_loss_fn, rollout_n=self.rollout_n)
         return DataProto(meta_info={"metrics": mean_metrics(history, "critic")})
 
     def _make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:

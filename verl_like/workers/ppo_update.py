@@ -43,7 +43,7 @@ class PPOUpdateSettings(Protocol):
     data_loader_seed: int
     loss_agg_mode: str
 
-    def mini_batch_size_per_rank(self, dp_size: int) -> int: ...
+    def mini_batch_size_per_rank(self, dp_size: int, rollout_n: int) -> int: ...
 
 
 def epoch_order(num_rows: int, *, shuffle: bool, seed: int, step: int, epoch: int) -> torch.Tensor:
@@ -90,8 +90,8 @@ def check_rows(batch: DataProto, settings: PPOUpdateSettings, mini_batch_size: i
     if len(batch) == 0 or len(batch) % mini_batch_size:
         raise ValueError(
             f"this rank holds {len(batch)} samples, not a positive multiple of its mini-batch share "
-            f"{mini_batch_size} ({settings.PREFIX}.ppo_mini_batch_size / data-parallel size); send a batch of "
-            f"a multiple of {settings.PREFIX}.ppo_mini_batch_size samples"
+            f"{mini_batch_size} ({settings.PREFIX}.ppo_mini_batch_size x rollout.n / data-parallel size); send "
+            f"a batch of a multiple of {settings.PREFIX}.ppo_mini_batch_size prompts x rollout.n samples"
         )
 
 
@@ -101,17 +101,20 @@ def run_ppo_update(
     settings: PPOUpdateSettings,
     make_loss_fn: Callable[[LossNormalizer], LossFn],
     *,
+    rollout_n: int,
     loss_scale_factor: float | None = None,
     temperature: float = 1.0,
     calculate_entropy: bool = False,
 ) -> dict[str, list[float]]:
     """Runs `settings.ppo_epochs` passes over `batch` (this rank's rows), one optimizer step per mini-batch.
 
+    A mini-batch holds settings.ppo_mini_batch_size prompts x `rollout_n` samples over all ranks.
+
     `make_loss_fn(normalizer)` gives the loss function of one mini-batch (see verl_like.engine.base for the loss
     contract; its metrics come from `metric_entries`). Returns, per metric name, one value per mini-batch step
     (same on every rank), plus "grad_norm" and "lr" (the learning rate each step used).
     """
-    mini_batch_size = settings.mini_batch_size_per_rank(engine.dp_size)
+    mini_batch_size = settings.mini_batch_size_per_rank(engine.dp_size, rollout_n)
     check_rows(batch, settings, mini_batch_size)
     first_step = engine.global_step
     history: dict[str, list[float]] = defaultdict(list)

@@ -72,7 +72,7 @@ class PolicyHost(Worker):
         singles = [dist.new_group([rank]) for rank in range(self.world_size)]  # collective: every rank makes all
         self.solo_mesh = DeviceMesh.from_group(singles[self.rank], "cpu", mesh_dim_names=("dp",))
         config = _config()
-        self.actor = PPOActor(FSDPEngine(config.to_engine_config(self.model_dir)), config)
+        self.actor = PPOActor(FSDPEngine(config.to_engine_config(self.model_dir)), config, rollout_n=1)
         self.reference = ReferencePolicy(FSDPEngine(reference_engine_config(config.to_engine_config(self.model_dir))))
 
     @register(dispatch=Dispatch.DP_COMPUTE_PROTO)
@@ -97,10 +97,12 @@ class PolicyHost(Worker):
         return errors
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
-    def update(self, batch: DataProto, config: ActorConfig, solo: bool, orders: list | None = None) -> dict:
+    def update(
+        self, batch: DataProto, config: ActorConfig, rollout_n: int, solo: bool, orders: list | None = None
+    ) -> dict:
         """Full batch in; DP runs use this rank's chunk, solo runs the whole batch once per entry of `orders`."""
         engine = RecordingEngine(config.to_engine_config(self.model_dir), self.solo_mesh if solo else None)
-        actor = PPOActor(engine, config)
+        actor = PPOActor(engine, config, rollout_n)
         if solo:
             metrics = [actor.update_policy(batch[order] if order is not None else batch) for order in orders or [None]]
         else:
@@ -173,9 +175,9 @@ def _assert_same_update(dp_result: dict, solo_metrics: dict, solo_weights: dict)
         torch.testing.assert_close(dp_result["weights"][name], expected, atol=2e-6, rtol=0, msg=name)
 
 
-def _run_both(host, batch, config, solo_config=None, orders=None) -> tuple[list[dict], list[dict]]:
-    dp = host.update(batch, config, solo=False)
-    solo = host.update(batch, solo_config or config, solo=True, orders=orders)
+def _run_both(host, batch, config, solo_config=None, orders=None, rollout_n=1) -> tuple[list[dict], list[dict]]:
+    dp = host.update(batch, config, rollout_n, solo=False)
+    solo = host.update(batch, solo_config or config, rollout_n, solo=True, orders=orders)
     for name, tensor in solo[0]["weights"].items():  # both ranks ran the same one-process update
         assert torch.equal(tensor, solo[1]["weights"][name]), name
     return dp, solo
@@ -196,7 +198,8 @@ def test_reference_engine_refuses_to_train(host, batch):
 
 
 def test_micro_batches_on_two_ranks_equal_one_process(host, batch):
-    dp, solo = _run_both(host, batch, _config())
+    # One mini-batch: 4 prompts x rollout.n=2 = all 8 samples.
+    dp, solo = _run_both(host, batch, _config(ppo_mini_batch_size=4), rollout_n=2)
     _assert_same_update(dp[0], solo[0]["metrics"][0], solo[0]["weights"])
     metrics = dp[0]["metrics"][0]
     assert dp[1]["metrics"] == dp[0]["metrics"]  # the same metrics on every rank
@@ -264,8 +267,8 @@ def _float64_ppo_loss(model, batch: dict[str, torch.Tensor], rows: list[int], co
 
 
 def test_first_mini_batch_gradient_equals_a_float64_reference(host, batch, model_dir):
-    config = _config(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1)
-    dp = host.update(batch, config, solo=False)
+    config = _config(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1)
+    dp = host.update(batch, config, 2, solo=False)  # 2 prompts x n=2: mini-batches of 4 samples
     # Unshuffled, mini-batch 0 is rows 0-1 of each rank's half of the batch.
     first_rows = [0, 1, ROWS // 2, ROWS // 2 + 1]
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64, attn_implementation="eager")
@@ -284,7 +287,7 @@ def test_update_policy_names_what_the_batch_lacks():
     engine = SimpleNamespace(dp_size=2, global_step=0)  # the checks run before the engine is touched
     tensors = _ppo_batch(vocab_size=50, seed=0)
     tensors["old_log_probs"] = torch.zeros(ROWS, RESPONSE_LEN)
-    actor = PPOActor(engine, _config(ppo_mini_batch_size=4))
+    actor = PPOActor(engine, _config(ppo_mini_batch_size=4), rollout_n=1)
     no_ref = DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
     with pytest.raises(KeyError, match=r"lacks \['ref_log_probs'\] \(use_kl_loss needs"):
         actor.update_policy(no_ref)

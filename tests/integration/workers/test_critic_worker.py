@@ -19,12 +19,13 @@ from verl_like.single_controller import ResourcePool, RoleSpec, WorkerError, Wor
 from verl_like.workers.critic import CriticWorker
 
 ROWS, PROMPT_LEN, RESPONSE_LEN = 8, 4, 5
+ROLLOUT_N = 2  # mini-batches: 2 prompts x 2 samples = 4 rows, 2 per rank
 CONFIG = CriticConfig(
-    ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2, cliprange_value=0.05,
+    ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2, cliprange_value=0.05,
     optim=OptimConfig(lr=1e-3, eps=1e-5, weight_decay=0.0),
 )
 OFFLOADING = CriticConfig(
-    ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2, cliprange_value=0.05,
+    ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2, cliprange_value=0.05,
     optim=OptimConfig(lr=1e-3, eps=1e-5, weight_decay=0.0),
     fsdp_config=FSDPConfig(param_offload=True, optimizer_offload=True),
 )
@@ -56,8 +57,9 @@ def model_dir(tmp_path_factory) -> str:
 def critics(ray_cluster, model_dir):
     pool = ResourcePool.create([3], device="cpu", cpus_per_process=0.5, name="critic_test")
     two_pool, one_pool = pool.split([2, 1])
-    two = WorkerGroup(two_pool, RoleSpec(CriticWorker, (OFFLOADING, model_dir)), name="critic_two")
-    one = WorkerGroup(one_pool, RoleSpec(CriticWorker, (CONFIG, model_dir)), name="critic_one")
+    n = {"rollout_n": ROLLOUT_N}
+    two = WorkerGroup(two_pool, RoleSpec(CriticWorker, (OFFLOADING, model_dir), n), name="critic_two")
+    one = WorkerGroup(one_pool, RoleSpec(CriticWorker, (CONFIG, model_dir), n), name="critic_one")
     yield two, one
     two.shutdown()
     one.shutdown()

@@ -85,10 +85,14 @@ def test_clip_ratio_is_the_fallback_of_low_and_high():
 
 
 @pytest.mark.parametrize("config", [_actor(ppo_mini_batch_size=6), _critic(ppo_mini_batch_size=6)])
-def test_mini_batch_per_rank_divides_or_names_the_key(config):
-    assert config.mini_batch_size_per_rank(3) == 2
-    with pytest.raises(ValueError, match=rf"{config.PREFIX}\.ppo_mini_batch_size=6 .* multiple of 4"):
-        config.mini_batch_size_per_rank(4)
+def test_mini_batch_per_rank_counts_prompts_times_n_or_names_the_key(config):
+    assert config.mini_batch_size_per_rank(3, 1) == 2
+    assert config.mini_batch_size_per_rank(4, 2) == 3  # 6 prompts x 2 samples over 4 ranks
+    with pytest.raises(ValueError, match=rf"{config.PREFIX}\.ppo_mini_batch_size=6 prompts x rollout.n=2 = 12 "
+                                         r"samples is not divisible by the data-parallel size 5"):
+        config.mini_batch_size_per_rank(5, 2)
+    with pytest.raises(ValueError, match=r"rollout_n=0"):
+        config.mini_batch_size_per_rank(2, 0)
 
 
 def test_actor_engine_config_carries_every_setting():
