@@ -213,6 +213,7 @@ def test_dynamic_packed_gspo_on_two_ranks_equals_one_process(host, batch):
     config = _config(
         ppo_micro_batch_size_per_gpu=None, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=16,
         use_remove_padding=True, policy_loss=PolicyLossOptions("gspo"), loss_agg_mode="seq-mean-token-sum-norm",
+        loss_scale_factor=10.0,
         clip_ratio_low=0.1, clip_ratio_high=0.3, entropy_coeff=0.0, kl_loss_type="k2", grad_clip=None,
     )
     dp, solo = _run_both(host, batch, config)
