@@ -26,7 +26,8 @@ class VLLMEngineOptions:
 
     Fields:
         tensor_parallel_size: TP ranks; >1 runs vLLM's "external_launcher" executor inside an existing
-            torch.distributed world of exactly that many ranks (each rank builds its own engine).
+            torch.distributed world whose size it divides (each rank builds its own engine; consecutive ranks
+            form one TP group, each group an independent replica).
         dtype: weight/activation dtype ("auto" takes the checkpoint's).
         max_model_len: prompt + response limit; None takes the model's.
         gpu_memory_utilization: fraction of device memory vLLM may take (on CPU: of host memory).
@@ -102,13 +103,13 @@ def _check_launch_environment(options: VLLMEngineOptions) -> None:
         return
     if not torch.distributed.is_initialized():
         raise RuntimeError(
-            f"tensor_parallel_size={tp} needs an initialized torch.distributed world of {tp} ranks "
-            "(vLLM's external_launcher executor joins it)"
+            f"tensor_parallel_size={tp} needs an initialized torch.distributed world of {tp} ranks or a multiple "
+            "(vLLM's external_launcher executor joins it; consecutive ranks form one TP group)"
         )
     world = torch.distributed.get_world_size()
-    if world != tp:
+    if world % tp:
         raise ValueError(
-            f"tensor_parallel_size={tp} but the torch.distributed world has {world} ranks; they must be equal"
+            f"tensor_parallel_size={tp} but the torch.distributed world has {world} ranks; TP must divide it"
         )
     for key in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         if key not in os.environ:

@@ -1,0 +1,138 @@
+"""The sync plan, executed in one process over simulated FSDP shards, against slices of the full tensors."""
+
+import pytest
+import torch
+
+from verl_like.resharding.layout import ModelShape, Placement, tp_slice
+from verl_like.resharding.plan import build_sync_plan, fsdp_rows, param_specs
+
+SHAPE = ModelShape(num_attention_heads=4, num_key_value_heads=2, head_dim=4, hidden_size=16,
+                   intermediate_size=24, vocab_size=70)
+TIED = ModelShape(4, 1, 4, 16, 24, 70, tie_word_embeddings=True)
+
+
+def model_tensors(shape, seed=0):
+    """Full HF tensors of a 2-layer Qwen2-style model, in named_parameters order."""
+    generator = torch.Generator().manual_seed(seed)
+    q, kv, h, i = shape.num_attention_heads * shape.head_dim, shape.num_key_value_heads * shape.head_dim, \
+        shape.hidden_size, shape.intermediate_size
+    names = [("model.embed_tokens.weight", (shape.vocab_size, h))]
+    for layer in range(2):
+        p = f"model.layers.{layer}."
+        names += [(p + "self_attn.q_proj.weight", (q, h)), (p + "self_attn.q_proj.bias", (q,)),
+                  (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.k_proj.bias", (kv,)),
+                  (p + "self_attn.v_proj.weight", (kv, h)), (p + "self_attn.v_proj.bias", (kv,)),
+                  (p + "self_attn.o_proj.weight", (h, q)), (p + "mlp.gate_proj.weight", (i, h)),
+                  (p + "mlp.up_proj.weight", (i, h)), (p + "mlp.down_proj.weight", (h, i)),
+                  (p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,))]
+    names += [("model.norm.weight", (h,)), ("lm_head.weight", (shape.vocab_size, h))]
+    return {name: torch.randn(size, generator=generator) for name, size in names}
+
+
+def region(tensor, box, row_offset=0, col_offset=0):
+    rows = tensor[box.row_start - row_offset:box.row_stop - row_offset]
+    if tensor.ndim == 2:
+        stop = box.col_stop if box.col_stop is not None else col_offset + tensor.shape[1]
+        rows = rows[:, box.col_start - col_offset:stop - col_offset]
+    return rows
+
+
+def simulate(plan, tensors):
+    """Runs every bucket's pieces from dim-0 shards; returns {rank: {name: slice}} and the order of completion."""
+    world = plan.world_size
+    shards = {r: {n: t[slice(*fsdp_rows(t.shape[0], world, r))] for n, t in tensors.items()} for r in range(world)}
+    assembling = {r: {} for r in range(world)}
+    done = {r: {} for r in range(world)}
+    for bucket in plan.buckets:
+        for piece in bucket.pieces:
+            spec = plan.params[piece.param]
+            src_start, _ = fsdp_rows(spec.shape[0], world, piece.src)
+            data = region(shards[piece.src][spec.name], piece.box, src_start)
+            need = plan.needed(piece.dst, piece.param)
+            target = assembling[piece.dst].setdefault(
+                piece.param, torch.full(need.shape(spec.shape), float("nan")))
+            region(target, piece.box, need.row_start, need.col_start).copy_(data)
+        for rank in range(world):
+            for index in bucket.complete:
+                spec = plan.params[index]
+                empty = torch.empty(plan.needed(rank, index).shape(spec.shape))
+                done[rank][spec.name] = assembling[rank].pop(index, empty)
+    return done
+
+
+@pytest.mark.parametrize("world, tp", [(2, 1), (2, 2), (4, 2), (4, 4), (3, 1)])
+@pytest.mark.parametrize("bucket_bytes", [1 << 20, 700])
+def test_every_rank_gets_exactly_its_tp_slices(world, tp, bucket_bytes):
+    if SHAPE.num_attention_heads % tp:
+        pytest.skip("tp must divide the heads")
+    tensors = model_tensors(SHAPE)
+    specs = param_specs([(n, tuple(t.shape)) for n, t in tensors.items()], SHAPE, element_size=4)
+    plan = build_sync_plan(specs, world, tp, SHAPE, bucket_bytes)
+    done = simulate(plan, tensors)
+    for rank in range(world):
+        assert list(done[rank]) == [s.name for s in specs]  # completed in training order
+        for index, spec in enumerate(specs):
+            box = tp_slice(spec.layout, spec.shape, SHAPE, rank % tp, tp)
+            assert torch.equal(done[rank][spec.name], region(tensors[spec.name], box)), (rank, spec.name)
+
+
+def test_small_buckets_bound_what_each_rank_assembles():
+    tensors = model_tensors(SHAPE)
+    specs = param_specs([(n, tuple(t.shape)) for n, t in tensors.items()], SHAPE, element_size=4)
+    largest = max(s.nbytes for s in specs)
+    bucket = 1024
+    assert bucket < largest
+    plan = build_sync_plan(specs, 2, 1, SHAPE, bucket)
+    assert len(plan.buckets) > len(build_sync_plan(specs, 2, 1, SHAPE, 1 << 30).buckets) == 1
+    for b in plan.buckets:
+        for rank in range(2):
+            assembled = sum(p.box.numel(specs[p.param].shape) * 4 for p in b.pieces if p.dst == rank)
+            assert assembled <= bucket
+    # The embedding (70 x 16 floats = 4480 bytes) is cut into bands that travel in several buckets.
+    assert sum(1 for b in plan.buckets if any(p.param == 0 for p in b.pieces)) >= 4
+
+
+def test_tp_equal_to_world_moves_only_what_the_fsdp_shard_lacks():
+    tensors = model_tensors(SHAPE)
+    specs = param_specs([(n, tuple(t.shape)) for n, t in tensors.items()], SHAPE, element_size=4)
+    plan = build_sync_plan(specs, 2, 2, SHAPE, 1 << 20)
+    remote = {(specs[p.param].layout.placement, specs[p.param].name)
+              for b in plan.buckets for p in b.pieces if p.src != p.dst}
+    placements = {placement for placement, _ in remote}
+    # Column-parallel shards line up with FSDP's dim-0 chunks: q/k/v and gate/up never cross ranks.
+    assert not placements & {Placement.Q_HEADS, Placement.KV_HEADS, Placement.COLUMN}
+    assert {Placement.ROW, Placement.REPLICATED, Placement.VOCAB} <= placements
+    # Each rank receives its row-parallel half from the other rank's rows: half of its slice.
+    o_proj = next(i for i, s in enumerate(specs) if s.name.endswith("0.self_attn.o_proj.weight"))
+    from_peer = sum(p.box.numel(specs[o_proj].shape) for b in plan.buckets for p in b.pieces
+                    if p.param == o_proj and p.dst == 0 and p.src == 1)
+    assert from_peer == 16 * 16 // 4
+
+
+def test_tp1_receives_everything_but_its_own_shard_and_tied_head_is_skipped():
+    tensors = model_tensors(TIED)
+    del tensors["lm_head.weight"]  # FSDP's named_parameters lists a tied weight once
+    named = [(n, tuple(t.shape)) for n, t in tensors.items()] + [("lm_head.weight", (70, 16))]
+    specs = param_specs(named, TIED, element_size=2)
+    assert "lm_head.weight" not in [s.name for s in specs]
+    plan = build_sync_plan(specs, 2, 1, TIED, 1 << 20)
+    total = sum(t.numel() for t in tensors.values()) * 2
+    own = sum((fsdp_rows(t.shape[0], 2, 0)[1]) * (t.numel() // t.shape[0]) for t in tensors.values()) * 2
+    assert plan.model_bytes == total == plan.loaded_bytes(0)
+    assert plan.received_bytes(0) == total - own
+
+
+def test_fsdp_rows_follow_torch_chunk():
+    for rows in (1, 5, 8, 70):
+        for world in (1, 2, 3, 4, 8):
+            chunks = torch.arange(rows).chunk(world)
+            for rank in range(world):
+                start, stop = fsdp_rows(rows, world, rank)
+                expected = chunks[rank].tolist() if rank < len(chunks) else []
+                assert list(range(start, stop)) == expected
+
+
+def test_plan_refuses_tp_not_dividing_world():
+    specs = param_specs([("model.norm.weight", (16,))], SHAPE, 4)
+    with pytest.raises(ValueError, match="tensor_model_parallel_size=2 does not divide the world size 3"):
+        build_sync_plan(specs, 3, 2, SHAPE, 1024)

@@ -1,0 +1,117 @@
+"""The two ways a worker moves its trainer's weights into its vLLM engine.
+
+`SlicedWeightSync` (the hybrid engine): each rank receives only its TP slices, from the ranks holding those
+rows, in bounded buckets, straight into vLLM's parameters. `full_weight_sync` (the reference and the fallback):
+full tensors, gathered one parameter at a time from the FSDP shards (`full_state_iterator`), through vLLM's own
+loader, which narrows them itself. Both are collectives: every rank of the trainer's group calls them together.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from verl_like.engine.base import TrainEngine
+from verl_like.resharding.layout import ModelShape
+from verl_like.resharding.plan import SyncPlan, build_sync_plan, param_specs
+from verl_like.resharding.transfer import SlicedTransfer, SyncStats
+from verl_like.resharding.vllm_loader import VLLMSliceLoader
+from verl_like.rollout.base import RolloutEngine
+from verl_like.utils.device import get_torch_device
+
+logger = logging.getLogger(__name__)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def vllm_weight_dtype(rollout: RolloutEngine) -> torch.dtype:
+    """The dtype of the vLLM engine's weights (what goes on the wire)."""
+    return rollout.llm.llm_engine.vllm_config.model_config.dtype
+
+
+class SlicedWeightSync:
+    """Plans once (shapes do not change during training) and runs a sliced sync per call.
+
+    `group`: a process group over the trainer's ranks in rank order, created with the sync timeout
+    (`new_sync_group`); its waits time out after `timeout_s` and name the rank that did not answer.
+    """
+
+    def __init__(
+        self,
+        engine: TrainEngine,
+        rollout: RolloutEngine,
+        shape: ModelShape,
+        bucket_bytes: int,
+        timeout_s: float,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        self.engine = engine
+        self.rollout = rollout
+        self.shape = shape
+        self.wire_dtype = vllm_weight_dtype(rollout)
+        named_shapes = [(name, tuple(tensor.shape)) for name, tensor in engine.named_parameter_shards()]
+        element_size = torch.empty((), dtype=self.wire_dtype).element_size()
+        specs = param_specs(named_shapes, shape, element_size)
+        self.plan: SyncPlan = build_sync_plan(specs, engine.dp_size, rollout.tp_size, shape, bucket_bytes)
+        if rollout.tp_rank != engine.dp_rank % rollout.tp_size:
+            raise RuntimeError(
+                f"rank {engine.dp_rank} is vLLM TP rank {rollout.tp_rank}, but the sync plan assumes TP groups of "
+                f"{rollout.tp_size} consecutive trainer ranks (TP rank {engine.dp_rank % rollout.tp_size})"
+            )
+        self.transfer = SlicedTransfer(
+            self.plan, engine.dp_rank, self.wire_dtype, get_torch_device(), timeout_s, group
+        )
+        logger.info(
+            "sliced weight sync: %d parameters in %d buckets of <= %d MB; rank %d receives %.1f MB of %.1f MB",
+            len(specs), len(self.plan.buckets), bucket_bytes >> 20, engine.dp_rank,
+            self.plan.received_bytes(engine.dp_rank) / 2**20, self.plan.model_bytes / 2**20,
+        )
+
+    def __call__(self) -> SyncStats:
+        """Moves the current weights into vLLM and drops its prefix cache; returns this rank's stats."""
+        start = time.perf_counter()
+        shards = {name: _local(tensor) for name, tensor in self.engine.named_parameter_shards()}
+        with VLLMSliceLoader(self.rollout.llm, self.plan.params, self.shape, self.rollout.tp_size) as loader:
+            stats = self.transfer.run(shards, loader)
+        self.rollout.reset_cache()
+        stats.wall_s = time.perf_counter() - start
+        return stats
+
+
+def new_sync_group(timeout_s: float) -> dist.ProcessGroup:
+    """A process group over every rank whose operations time out after `timeout_s` (a collective to create)."""
+    return dist.new_group(ranks=list(range(dist.get_world_size())), timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def _counted(named: Iterable[tuple[str, torch.Tensor]], counter: list[int]) -> Iterator[tuple[str, torch.Tensor]]:
+    for name, tensor in named:
+        counter[0] += tensor.numel() * tensor.element_size()
+        yield name, tensor
+
+
+def full_weight_sync(engine: TrainEngine, rollout: RolloutEngine) -> SyncStats:
+    """Full tensors (gathered one at a time) through the rollout engine's own `load_weights`; the reference path.
+
+    Collective over the trainer's group; waits follow that group's timeout.
+    """
+    start = time.perf_counter()
+    counter = [0]
+    rollout.load_weights(_counted(engine.full_state_iterator(), counter))
+    world = engine.dp_size
+    return SyncStats(
+        wall_s=time.perf_counter() - start,
+        model_bytes=counter[0],
+        loaded_bytes=counter[0],
+        received_bytes=counter[0] * (world - 1) // world,
+        sent_bytes=counter[0] * (world - 1) // world,
+        buckets=1,
+        mode="full",
+    )

@@ -1,0 +1,186 @@
+"""Runs a SyncPlan: moves each rank's TP slices from the FSDP shards, bucket by bucket, into a sink.
+
+Per bucket, every rank packs the pieces it owes each peer into one flat buffer (cast to the wire dtype), posts
+all sends and receives at once (`batch_isend_irecv`, so no ordering can deadlock), copies its local pieces, and
+unpacks what arrives into the slices it is assembling. A parameter's slice goes to the sink once complete.
+Every wait has a timeout; one that expires raises WeightSyncTimeoutError naming this rank, the peer it waited
+for, the bucket and its parameters.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+
+from verl_like.resharding.layout import Box
+from verl_like.resharding.plan import Piece, SyncPlan, fsdp_rows
+
+logger = logging.getLogger(__name__)
+
+
+class WeightSyncTimeoutError(TimeoutError):
+    """A rank did not send or receive its part of a weight sync in time."""
+
+
+class SliceSink(Protocol):
+    """Where completed TP slices go (the rollout engine of this rank)."""
+
+    def load(self, named_slices: list[tuple[str, torch.Tensor]]) -> None:
+        """Takes (HF name, this rank's TP slice of it) for the parameters completed in one bucket."""
+
+
+@dataclass
+class SyncStats:
+    """What one weight sync did on this rank."""
+
+    wall_s: float
+    model_bytes: int
+    loaded_bytes: int
+    received_bytes: int
+    sent_bytes: int
+    buckets: int
+    mode: str
+
+    def metrics(self) -> dict[str, float]:
+        """Under `weight_sync/`; gb_per_s is model bytes (wire dtype) per second of wall time."""
+        return {
+            "weight_sync/wall_s": self.wall_s,
+            "weight_sync/model_bytes": float(self.model_bytes),
+            "weight_sync/loaded_bytes": float(self.loaded_bytes),
+            "weight_sync/received_bytes": float(self.received_bytes),
+            "weight_sync/sent_bytes": float(self.sent_bytes),
+            "weight_sync/buckets": float(self.buckets),
+            "weight_sync/gb_per_s": self.model_bytes / self.wall_s / 1e9 if self.wall_s > 0 else 0.0,
+        }
+
+
+def _region(tensor: torch.Tensor, box: Box, row_offset: int, col_offset: int) -> torch.Tensor:
+    """The part of `tensor` (which starts at full-tensor row `row_offset`, column `col_offset`) under `box`."""
+    rows = tensor.narrow(0, box.row_start - row_offset, box.rows)
+    if tensor.ndim == 2 and (box.col_start != col_offset or box.col_stop is not None):
+        stop = box.col_stop if box.col_stop is not None else col_offset + tensor.shape[1]
+        rows = rows.narrow(1, box.col_start - col_offset, stop - box.col_start)
+    return rows
+
+
+class SlicedTransfer:
+    """Executes `plan` on this rank. `shards[name]` is this rank's local FSDP shard (dim-0 rows) of each
+    parameter; `group` spans the plan's ranks in order (None: the default group)."""
+
+    def __init__(
+        self,
+        plan: SyncPlan,
+        rank: int,
+        wire_dtype: torch.dtype,
+        device: torch.device,
+        timeout_s: float,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        self.plan = plan
+        self.rank = rank
+        self.wire_dtype = wire_dtype
+        self.device = device
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.group = group
+
+    def _shard_part(self, shards: Mapping[str, torch.Tensor], piece: Piece) -> torch.Tensor:
+        spec = self.plan.params[piece.param]
+        shard = shards[spec.name]
+        start, _ = fsdp_rows(spec.shape[0], self.plan.world_size, self.rank)
+        return _region(shard, piece.box, start, 0)
+
+    def _check_shards(self, shards: Mapping[str, torch.Tensor]) -> None:
+        for spec in self.plan.params:
+            if spec.name not in shards:
+                raise KeyError(f"weight sync: rank {self.rank} has no shard of {spec.name!r}")
+            start, stop = fsdp_rows(spec.shape[0], self.plan.world_size, self.rank)
+            expected = (stop - start, *spec.shape[1:])
+            if tuple(shards[spec.name].shape) != expected:
+                raise ValueError(
+                    f"weight sync: rank {self.rank}'s shard of {spec.name!r} has shape "
+                    f"{tuple(shards[spec.name].shape)}, expected {expected} (a dim-0 FSDP2 shard over "
+                    f"{self.plan.world_size} ranks)"
+                )
+
+    def run(self, shards: Mapping[str, torch.Tensor], sink: SliceSink) -> SyncStats:
+        """Moves every bucket; hands completed slices to `sink`; returns this rank's stats."""
+        self._check_shards(shards)
+        start = time.perf_counter()
+        slices: dict[int, torch.Tensor] = {}
+        sent = received = 0
+        for bucket in self.plan.buckets:
+            s, r = self._run_bucket(bucket, shards, slices)
+            sent, received = sent + s, received + r
+            # A slice with no rows (e.g. vocab padding only) has no pieces; it is still handed on, empty.
+            sink.load([(self.plan.params[i].name, self._slice_for(slices, i)) for i in bucket.complete])
+            for i in bucket.complete:
+                del slices[i]
+        return SyncStats(
+            wall_s=time.perf_counter() - start,
+            model_bytes=self.plan.model_bytes,
+            loaded_bytes=self.plan.loaded_bytes(self.rank),
+            received_bytes=received,
+            sent_bytes=sent,
+            buckets=len(self.plan.buckets),
+            mode="sliced",
+        )
+
+    def _slice_for(self, slices: dict[int, torch.Tensor], param: int) -> torch.Tensor:
+        if param not in slices:
+            spec = self.plan.params[param]
+            box = self.plan.needed(self.rank, param)
+            slices[param] = torch.empty(box.shape(spec.shape), dtype=self.wire_dtype, device=self.device)
+        return slices[param]
+
+    def _place(self, slices: dict[int, torch.Tensor], piece: Piece, data: torch.Tensor) -> None:
+        target = self._slice_for(slices, piece.param)
+        need = self.plan.needed(self.rank, piece.param)
+        _region(target, piece.box, need.row_start, need.col_start).copy_(data)
+
+    def _run_bucket(
+        self, bucket, shards: Mapping[str, torch.Tensor], slices: dict[int, torch.Tensor]
+    ) -> tuple[int, int]:
+        shapes = {i: spec.shape for i, spec in enumerate(self.plan.params)}
+        ops, outgoing, incoming = [], {}, {}
+        for peer, pieces in bucket.sends(self.rank).items():
+            parts = [self._shard_part(shards, p).to(self.device, self.wire_dtype).reshape(-1) for p in pieces]
+            outgoing[peer] = torch.cat(parts)
+            ops.append(dist.P2POp(dist.isend, outgoing[peer], peer, group=self.group))
+        for peer, pieces in bucket.receives(self.rank).items():
+            numel = sum(p.box.numel(shapes[p.param]) for p in pieces)
+            incoming[peer] = torch.empty(numel, dtype=self.wire_dtype, device=self.device)
+            ops.append(dist.P2POp(dist.irecv, incoming[peer], peer, group=self.group))
+        works = dist.batch_isend_irecv(ops) if ops else []
+        for piece in bucket.local(self.rank):
+            self._place(slices, piece, self._shard_part(shards, piece))
+        for op, work in zip(ops, works):
+            self._wait(work, op.peer, "send to" if op.op is dist.isend else "receive from", bucket)
+        for peer, pieces in bucket.receives(self.rank).items():
+            offset = 0
+            for piece in pieces:
+                shape = piece.box.shape(shapes[piece.param])
+                numel = piece.box.numel(shapes[piece.param])
+                self._place(slices, piece, incoming[peer][offset : offset + numel].view(shape))
+                offset += numel
+        element = torch.empty((), dtype=self.wire_dtype).element_size()
+        return (sum(t.numel() for t in outgoing.values()) * element,
+                sum(t.numel() for t in incoming.values()) * element)
+
+    def _wait(self, work: dist.Work, peer: int, what: str, bucket) -> None:
+        try:
+            work.wait(timeout=self.timeout)
+        except RuntimeError as err:
+            names = sorted({self.plan.params[p.param].name for p in bucket.pieces})
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            raise WeightSyncTimeoutError(
+                f"weight sync: rank {self.rank} timed out after {self.timeout.total_seconds():g} s waiting to "
+                f"{what} rank {peer} (bucket {bucket.index + 1}/{len(self.plan.buckets)}: {shown}); rank {peer} "
+                f"probably failed or never started this sync ({err})"
+            ) from err

@@ -1,0 +1,401 @@
+"""ActorRolloutWorker: one process holds the policy's FSDP engine, its rollout engine and optionally the reference.
+
+    spec = RoleSpec(ActorRolloutWorker, (model_path, actor_cfg, rollout_cfg, ref_cfg))
+    group = WorkerGroup(pool, spec, name="actor_rollout")
+    group.init_model()
+    batch = group.generate_sequences(prompts)           # responses, rollout_log_probs; syncs stale weights first
+    batch = batch.union(group.compute_log_prob(batch))  # old_log_probs (+ rollout/logprob_diff_* metrics)
+    metrics = group.update_actor(batch).meta_info["metrics"]
+    group.sync_weights()                                # weight_sync/* metrics (generate_sequences syncs if skipped)
+
+Meshes: "actor" = every rank its own DP rank (FSDP over the whole group); "rollout" = TP groups of
+`tensor_model_parallel_size` consecutive ranks, each group one DP rank that receives one chunk, and its TP
+rank 0 returns it.
+
+Custom engines, two ways (examples/custom_rollout_worker.py):
+- override `build_rollout_engine()` to return your own RolloutEngine (its `load_weights` gets full tensors);
+- override the text hook `generate(prompts: list[str]) -> list[str]` around an engine you build yourself after
+  `super().__init__(...)`. The framework decodes the prompts, tokenizes your texts into the response tensors and
+  takes `rollout_log_probs` from the actor. Override `update_rollout_weights(named_tensors)` too, or your engine
+  never sees a new weight (a loud warning at start says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from transformers import AutoConfig, AutoTokenizer
+
+from verl_like.config.actor import ActorConfig
+from verl_like.config.model import RefConfig
+from verl_like.config.rollout import RolloutConfig
+from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.model_outputs import response_mask_of
+from verl_like.protocol import DataProto
+from verl_like.resharding.layout import ModelShape, UnknownLayoutError
+from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync, new_sync_group
+from verl_like.resharding.transfer import SyncStats
+from verl_like.rollout.base import RolloutEngine, SamplingConfig
+from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
+from verl_like.single_controller import Dispatch, Worker, register
+from verl_like.workers.actor import PPOActor
+from verl_like.workers.reference import ReferencePolicy, reference_engine_config
+
+logger = logging.getLogger(__name__)
+
+
+def stale_policy_warning(cls: type) -> str | None:
+    """The warning for a subclass that generates with its own engine but never takes new weights, else None."""
+    if cls.generate is ActorRolloutWorker.generate or cls.update_rollout_weights is not (
+        ActorRolloutWorker.update_rollout_weights
+    ):
+        return None
+    return (
+        f"!!! {cls.__name__} overrides generate() but not update_rollout_weights(): its engine keeps the initial "
+        "weights, so every rollout comes from a STALE POLICY while the actor trains. Override "
+        "update_rollout_weights(named_tensors) to load the new weights into your engine. !!!"
+    )
+
+
+class ActorRolloutWorker(Worker):
+    """One rank of the actor-rollout(-ref) group (see the module doc).
+
+    model_path: local HF directory of the policy (weights, config, tokenizer).
+    actor / rollout / ref: the frozen `actor_rollout_ref.{actor,rollout,ref}` nodes; ref None builds no
+      reference (compute_ref_log_prob then raises).
+    total_training_steps: optimizer steps of the run (cosine schedule, warmup ratio). seed: engine seed.
+    Subclasses call `super().__init__(...)` first: it joins the group's torch.distributed world, which an engine
+    built afterwards (vLLM included) then shares.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        actor: ActorConfig,
+        rollout: RolloutConfig,
+        ref: RefConfig | None = None,
+        total_training_steps: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.model_path = str(model_path)
+        self.actor_config = actor
+        self.rollout_config = rollout
+        self.ref_config = ref
+        self.engine_config = actor.to_engine_config(
+            self.model_path, total_training_steps=total_training_steps, seed=seed
+        )
+        tp = rollout.tensor_model_parallel_size
+        rollout_dp = rollout.rollout_dp_size(self.world_size)
+        self.register_mesh("actor", dp_rank=self.rank, dp_size=self.world_size, is_collect=True)
+        self.register_mesh("rollout", dp_rank=self.rank // tp, dp_size=rollout_dp, is_collect=self.rank % tp == 0)
+        warning = stale_policy_warning(type(self))
+        if warning:
+            logger.warning(warning)
+        self.init_distributed()
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.actor: PPOActor | None = None
+        self.ref: ReferencePolicy | None = None
+        self.rollout: RolloutEngine | None = None
+        self._sliced_sync: SlicedWeightSync | None = None
+        self._synced_step: int | None = None
+        self._weights_awake = self._kv_cache_awake = True  # a new engine is awake
+
+    # ----- overridable hooks -----
+
+    def build_rollout_engine(self) -> RolloutEngine:
+        """The rollout engine of this rank (vLLM in-process, or HF `generate`); override to use your own."""
+        config = self.rollout_config
+        if config.name == "hf":
+            from verl_like.rollout.hf import HFRolloutEngine
+
+            dtype = None if config.dtype == "auto" else getattr(torch, config.dtype)
+            return HFRolloutEngine(self.model_path, dtype=dtype)
+        from verl_like.rollout.vllm import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(self.model_path, config.vllm_options())
+
+    def generate(self, prompts: list[str]) -> list[str]:
+        """Text hook: one response text per prompt text (prompts repeat n times when rollout.n > 1).
+
+        Override it to generate with your own engine. The framework tokenizes each returned text (no special
+        tokens added) into the response, truncated to rollout.response_length; end a finished text with the
+        tokenizer's eos token so that the response carries it. Not called unless overridden.
+        """
+        raise NotImplementedError("ActorRolloutWorker.generate is a hook for subclasses")
+
+    def update_rollout_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Weight hook: (HF name, full tensor) pairs of the current policy, streamed one parameter at a time.
+
+        Called on every rank (consume the iterable completely: producing it is a collective) after each actor
+        update, before the next rollout. Default: the rollout engine's own `load_weights`. Override it when
+        `generate` uses an engine of your own.
+        """
+        self._require(self.rollout, "update_rollout_weights").load_weights(named_tensors)
+
+    # ----- registered methods -----
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Builds the FSDP actor (and reference), the rollout engine, and syncs the actor's weights into it."""
+        self.actor = PPOActor(FSDPEngine(self.engine_config), self.actor_config, rollout_n=self.rollout_config.n)
+        if self.ref_config is not None:
+            ref = self.ref_config
+            ref_engine = dataclasses.replace(
+                reference_engine_config(self.engine_config),
+                micro_batch_size_per_rank=ref.log_prob_micro_batch_size_per_gpu,
+                use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
+                max_tokens_per_rank=ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
+                param_offload=ref.fsdp_config.param_offload,
+            )
+            self.ref = ReferencePolicy(FSDPEngine(ref_engine))
+            self.ref.engine.offload()
+        if type(self).generate is ActorRolloutWorker.generate:
+            self.rollout = self.build_rollout_engine()
+            self._sliced_sync = self._build_sliced_sync()
+        # A dummy-initialised vLLM must get the weights before it generates; loading them once more is cheap.
+        metrics = self._sync_weights()
+        self._sleep_rollout()
+        self.actor.engine.offload()
+        logger.info("rank %d: actor and rollout ready (%s)", self.rank, metrics)
+
+    @register(dispatch=Dispatch.DP_MESH, mesh="rollout")
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Rollout batch for this TP group's chunk of prompts (layout in `RolloutEngine`).
+
+        meta_info: "validate" uses rollout.val_kwargs; "do_sample": False decodes greedily (one sample).
+        Weights are synced first when the actor has stepped since the last sync. Adds meta_info["temperature"]
+        and metrics rollout/tokens_per_s (all ranks' tokens over the slowest rank's time) and weight_sync/*.
+        """
+        actor = self._require(self.actor, "generate_sequences")
+        metrics = {}
+        if self._synced_step != actor.engine.global_step:
+            metrics.update(self._sync_weights())
+        sampling = self.rollout_config.sampling(
+            validate=bool(prompts.meta_info.get("validate", False)),
+            greedy=prompts.meta_info.get("do_sample", True) is False,
+        )
+        self._wake_rollout()
+        start = time.perf_counter()
+        try:
+            if self.rollout is None:
+                out = self._generate_from_text(prompts, sampling)
+            else:
+                out = self.rollout.generate(prompts, sampling)
+        finally:
+            self._sleep_rollout()
+        metrics.update(self._global_rollout_rate(out, time.perf_counter() - start))
+        out.meta_info["temperature"] = sampling.temperature if sampling.do_sample else 1.0
+        out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **metrics}
+        return out
+
+    @register(dispatch=Dispatch.DP_MESH, mesh="actor")
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """"old_log_probs" and "entropy" `(batch, response_len)` under the current actor, at the rollout's
+        temperature (meta_info["temperature"], else rollout.temperature); with "rollout_log_probs" in the batch
+        also metrics rollout/logprob_diff_mean and rollout/logprob_diff_max (|rollout - old| on response
+        tokens, over every rank)."""
+        actor = self._require(self.actor, "compute_log_prob")
+        temperature = float(data.meta_info.get("temperature", self.rollout_config.temperature))
+        with self._onloaded(actor.engine), self._log_prob_micro_batching(actor.engine):
+            out = actor.compute_log_prob(data, temperature=temperature, calculate_entropy=True)
+        out.meta_info["temperature"] = temperature
+        if "rollout_log_probs" in data.batch.keys():
+            out.meta_info["metrics"] = self._log_prob_diff(data, out.batch["old_log_probs"])
+        return out
+
+    @register(dispatch=Dispatch.DP_MESH, mesh="actor")
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """"ref_log_probs" `(batch, response_len)` under the reference policy (meta_info["temperature"])."""
+        ref = self._require(self.ref, "compute_ref_log_prob", "build the worker with ref=RefConfig(...)")
+        if "temperature" not in data.meta_info:
+            data.meta_info["temperature"] = self.rollout_config.temperature
+        with self._onloaded(ref.engine):
+            return ref.compute_ref_log_prob(data)
+
+    @register(dispatch=Dispatch.DP_MESH, mesh="actor")
+    def update_actor(self, data: DataProto) -> DataProto:
+        """PPO epochs on this rank's rows (PPOActor.update_policy); a rowless DataProto with meta_info["metrics"].
+
+        The rollout engine keeps the old weights until `sync_weights` (or the next `generate_sequences`).
+        """
+        actor = self._require(self.actor, "update_actor")
+        if "temperature" not in data.meta_info:
+            data.meta_info["temperature"] = self.rollout_config.temperature
+        with self._onloaded(actor.engine):
+            metrics = actor.update_policy(data)
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def sync_weights(self) -> dict[str, float]:
+        """Moves the actor's weights into the rollout engine; weight_sync/* metrics of this rank."""
+        return self._sync_weights()
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        """Writes the actor's sharded model, optimizer, scheduler and RNG state to `directory`."""
+        actor = self._require(self.actor, "save_checkpoint")
+        with self._onloaded(actor.engine):
+            actor.engine.save_checkpoint(Path(directory))
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        """Restores the actor from `directory` and syncs the restored weights into the rollout engine."""
+        actor = self._require(self.actor, "load_checkpoint")
+        with self._onloaded(actor.engine):
+            actor.engine.load_checkpoint(Path(directory))
+        self._synced_step = None
+        self._sync_weights()
+
+    # ----- internals -----
+
+    @staticmethod
+    def _require(value, op: str, fix: str = "call init_model() on the group first"):
+        if value is None:
+            raise RuntimeError(f"ActorRolloutWorker.{op}: not available; {fix}")
+        return value
+
+    @contextmanager
+    def _onloaded(self, engine: FSDPEngine) -> Iterator[None]:
+        engine.onload()
+        try:
+            yield
+        finally:
+            engine.offload()
+
+    @contextmanager
+    def _log_prob_micro_batching(self, engine: FSDPEngine) -> Iterator[None]:
+        """The engine micro-batches as rollout.log_prob_* say while computing old log-probs."""
+        config = self.rollout_config
+        saved = engine.config
+        engine.config = dataclasses.replace(
+            saved,
+            micro_batch_size_per_rank=config.log_prob_micro_batch_size_per_gpu or saved.micro_batch_size_per_rank,
+            use_dynamic_bsz=config.log_prob_use_dynamic_bsz,
+            max_tokens_per_rank=config.log_prob_max_token_len_per_gpu if config.log_prob_use_dynamic_bsz else None,
+        )
+        try:
+            yield
+        finally:
+            engine.config = saved
+
+    def _build_sliced_sync(self) -> SlicedWeightSync | None:
+        from verl_like.rollout.vllm import VLLMRolloutEngine
+
+        config = self.rollout_config
+        if config.weight_sync_mode != "sliced" or not isinstance(self.rollout, VLLMRolloutEngine):
+            return None
+        if type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights:
+            return None
+        try:
+            shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(self.model_path))
+            return SlicedWeightSync(
+                self.actor.engine, self.rollout, shape, config.bucket_bytes, config.weight_sync_timeout_s,
+                new_sync_group(config.weight_sync_timeout_s),
+            )
+        except UnknownLayoutError as err:
+            logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)
+            return None
+
+    def _sync_weights(self) -> dict[str, float]:
+        actor = self._require(self.actor, "sync_weights")
+        uses_hook = type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights
+        if self.rollout is None and not uses_hook:
+            return {}  # a text hook without a weight hook: warned about at construction
+        if self.rollout is not None and not self._weights_awake:
+            self.rollout.wake_up(["weights"])  # stage 1: weights only; the KV cache comes back for generation
+            self._weights_awake = True
+        with self._onloaded(actor.engine):
+            stats = self._sliced_sync() if self._sliced_sync is not None else self._hook_sync(actor.engine)
+        self._synced_step = actor.engine.global_step
+        return stats.metrics()
+
+    def _hook_sync(self, engine: FSDPEngine) -> SyncStats:
+        if type(self).update_rollout_weights is ActorRolloutWorker.update_rollout_weights:
+            return full_weight_sync(engine, self.rollout)
+        start = time.perf_counter()
+        count = [0]
+
+        def counted() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, tensor in engine.full_state_iterator():
+                count[0] += tensor.numel() * tensor.element_size()
+                yield name, tensor
+
+        stream = counted()
+        self.update_rollout_weights(stream)
+        for _ in stream:  # the stream is a collective: finish it even if the hook stopped early
+            pass
+        world = engine.dp_size
+        return SyncStats(time.perf_counter() - start, count[0], count[0], count[0] * (world - 1) // world,
+                         count[0] * (world - 1) // world, 1, "hook")
+
+    def _wake_rollout(self) -> None:
+        if self.rollout is None:
+            return
+        if not self._weights_awake:
+            self.rollout.wake_up(["weights"])
+            self._weights_awake = True
+        if not self._kv_cache_awake:
+            self.rollout.wake_up(["kv_cache"])
+            self._kv_cache_awake = True
+
+    def _sleep_rollout(self) -> None:
+        if self.rollout is not None and self.rollout_config.free_cache_engine:
+            self.rollout.sleep()
+            self._weights_awake = self._kv_cache_awake = False
+
+    def _generate_from_text(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
+        texts = [self.tokenizer.decode(tokens) for tokens in prompt_token_lists(prompts)]
+        requests = [text for text in texts for _ in range(sampling.n)]
+        start = time.perf_counter()
+        outputs = self.generate(requests)
+        seconds = time.perf_counter() - start
+        if len(outputs) != len(requests) or not all(isinstance(text, str) for text in outputs):
+            raise TypeError(
+                f"{type(self).__name__}.generate returned {len(outputs)} items for {len(requests)} prompts; it must "
+                "return one str per prompt"
+            )
+        responses = [self.tokenizer.encode(text, add_special_tokens=False)[: sampling.max_tokens] for text in outputs]
+        placeholder = [[0.0] * len(tokens) for tokens in responses]
+        pad = self.tokenizer.pad_token_id
+        metrics = generation_metrics(responses, seconds)
+        batch = build_rollout_batch(prompts, responses, placeholder, sampling, pad, metrics)
+        temperature = sampling.temperature if sampling.do_sample else 1.0
+        actor = self._require(self.actor, "generate_sequences")
+        with self._onloaded(actor.engine), self._log_prob_micro_batching(actor.engine):
+            scored = actor.compute_log_prob(batch, temperature=temperature)
+        batch.batch["rollout_log_probs"] = scored.batch["old_log_probs"] * batch.batch["response_mask"]
+        return batch
+
+    def _global_rollout_rate(self, out: DataProto, seconds: float) -> dict[str, float]:
+        """Tokens generated by every TP group over the slowest group's time (all ranks call this together)."""
+        tp = self.rollout_config.tensor_model_parallel_size
+        tokens = float(out.batch["response_mask"].sum()) if self.rank % tp == 0 else 0.0
+        totals = torch.tensor([tokens], dtype=torch.float64)
+        slowest = torch.tensor([seconds], dtype=torch.float64)
+        dist.all_reduce(totals)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return {
+            "rollout/tokens_per_s": float(totals) / float(slowest) if float(slowest) > 0 else 0.0,
+            "rollout/generate_s": float(slowest),
+        }
+
+    def _log_prob_diff(self, data: DataProto, old_log_probs: torch.Tensor) -> dict[str, float]:
+        mask = response_mask_of(data.batch).bool()
+        diff = (data.batch["rollout_log_probs"].float() - old_log_probs.float()).abs()[mask]
+        sums = torch.tensor([float(diff.sum()), float(diff.numel())], dtype=torch.float64)
+        peak = torch.tensor([float(diff.max()) if diff.numel() else 0.0], dtype=torch.float64)
+        group = self._require(self.actor, "compute_log_prob").engine.dp_group
+        dist.all_reduce(sums, group=group)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=group)
+        return {
+            "rollout/logprob_diff_mean": float(sums[0] / sums[1]) if sums[1] > 0 else 0.0,
+            "rollout/logprob_diff_max": float(peak),
+        }
