@@ -1,0 +1,40 @@
+"""Entry point: `python -m verl_like.main_ppo [+trainer=PRESET] [key=value ...]`.
+
+Composes configs/ppo_trainer.yaml with Hydra, converts and validates it into frozen dataclasses (every error names
+the key and the fix, before Ray or any model starts), joins a Ray cluster ($RAY_ADDRESS / trainer.ray_address) or
+starts a local one, and runs `PPOTrainer.fit()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+logger = logging.getLogger("verl_like.main_ppo")
+
+
+def run(overrides: list[str]) -> dict[str, float]:
+    """Composes, validates and trains; returns the last step's metrics."""
+    from verl_like.config.loader import ConfigError, compose_config, to_typed, validate
+
+    try:
+        config = to_typed(compose_config(overrides))
+        validate(config)
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from None
+    from verl_like.trainer.launch import launch
+
+    return launch(config)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

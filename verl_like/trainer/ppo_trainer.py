@@ -1,0 +1,342 @@
+"""`PPOTrainer`: the single-controller RL loop (PPO, GRPO, RLOO, REINFORCE++, DAPO, ReMax).
+
+One step: rollout → reward → old and reference log-probs → values → advantages → critic and actor updates →
+weight sync into the rollout engine. The driver holds no model weights; it moves DataProto batches and metrics.
+
+Departures from the published methods live in the algorithm functions (docs/algorithms.md); the loop itself
+follows verl's order of phases, with one difference: the weight sync runs right after the actor update (not at
+the start of the next rollout), so a checkpoint always matches the weights the rollout engine holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_like.algorithms import (
+    AdvantageConfig,
+    AdvantageInputs,
+    apply_kl_penalty,
+    apply_overlong_penalty,
+    build_kl_controller,
+    compute_advantage,
+    compute_rollout_is_weights,
+    filter_zero_variance_groups,
+)
+from verl_like.protocol import DataProto
+from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_state
+from verl_like.trainer.metrics import data_metrics, throughput_metrics, timed
+from verl_like.trainer.progress import Progress
+from verl_like.trainer.setup import TrainerComponents, build_components
+from verl_like.utils.tracking import Tracking
+
+logger = logging.getLogger(__name__)
+
+
+class PPOTrainer:
+    """Drives the worker groups through `config.trainer.total_training_steps` RL steps.
+
+    `actor_rollout_worker` is the worker class holding actor, rollout and reference (a subclass of
+    `ActorRolloutWorker` plugs in another rollout engine); `actor_rollout_kwargs` are extra constructor arguments
+    for it. `reward_fn(data_source, solution_str, ground_truth, extra_info) -> float` replaces the rule scorers.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        actor_rollout_worker: type | None = None,
+        actor_rollout_kwargs: dict[str, Any] | None = None,
+        critic_worker: type | None = None,
+        reward_fn: Any = None,
+    ) -> None:
+        self.config = config
+        self._actor_rollout_worker = actor_rollout_worker
+        self._actor_rollout_kwargs = dict(actor_rollout_kwargs or {})
+        self._critic_worker = critic_worker
+        self._reward_fn = reward_fn
+        self.components: TrainerComponents | None = None
+        self.global_step = 0
+        algo = config.algorithm
+        self.kl_ctrl = build_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
+        self.run_dir = Path(config.trainer.default_local_dir)
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.trainer.max_actor_ckpt_to_keep)
+        self.tracking: Tracking | None = None
+
+    # ------------------------------------------------------------------ setup
+    def init_workers(self) -> None:
+        """Builds data, reward manager and worker groups (Ray must be initialised)."""
+        self.components = build_components(
+            self.config,
+            actor_rollout_worker=self._actor_rollout_worker,
+            actor_rollout_kwargs=self._actor_rollout_kwargs,
+            critic_worker=self._critic_worker,
+            reward_fn=self._reward_fn,
+        )
+
+    @property
+    def _c(self) -> TrainerComponents:
+        if self.components is None:
+            raise RuntimeError("call PPOTrainer.init_workers() before fit()")
+        return self.components
+
+    def _resume(self) -> None:
+        mode = self.config.trainer.resume_mode
+        if mode == "disable":
+            return
+        if mode == "resume_path":
+            path = Path(self.config.trainer.resume_from_path)
+            step = int(path.name.removeprefix("global_step_"))
+            manager = CheckpointManager(path.parent)
+        else:
+            manager = self.checkpoints
+            step = manager.latest_step()
+            if step is None:
+                logger.info("resume_mode=auto: no checkpoint under %s, starting fresh", manager.root)
+                return
+        state = manager.load_trainer_state(step)
+        self._c.actor_rollout.load_checkpoint(str(manager.step_dir(step) / "actor"))
+        if self._c.critic is not None:
+            self._c.critic.load_checkpoint(str(manager.step_dir(step) / "critic"))
+        self._c.train_loader.load_state_dict(state["dataloader"])
+        self.kl_ctrl.value = state["kl_coef"]
+        set_rng_state(state["rng"])
+        self.global_step = step
+        logger.info("resumed from %s at step %d", manager.step_dir(step), step)
+
+    def _save_checkpoint(self) -> None:
+        staging = self.checkpoints.begin(self.global_step)
+        self._c.actor_rollout.save_checkpoint(str(staging / "actor"))
+        if self._c.critic is not None:
+            self._c.critic.save_checkpoint(str(staging / "critic"))
+        state = {
+            "step": self.global_step,
+            "dataloader": self._c.train_loader.state_dict(),
+            "kl_coef": float(self.kl_ctrl.value),
+            "rng": rng_state(),
+        }
+        self.checkpoints.commit(self.global_step, staging, state)
+
+    # ------------------------------------------------------------------ phases
+    def _generate(self, prompts: DataProto, timings: dict[str, float]) -> DataProto:
+        prompts.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(prompts))], dtype=object)
+        with timed(timings, "gen"):
+            return self._c.actor_rollout.generate_sequences(prompts)
+
+    def _score(self, batch: DataProto, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
+        with timed(timings, "reward"):
+            scores, reward_metrics = self._c.reward_manager.score(batch)
+        metrics.update(reward_metrics)
+        overlong = self.config.reward_model.overlong_buffer
+        if overlong.enable:
+            scores, penalty = apply_overlong_penalty(
+                scores,
+                batch.batch["response_mask"],
+                max_response_length=self.config.data.max_response_length,
+                overlong_buffer_len=overlong.len,
+                penalty_factor=overlong.penalty_factor,
+            )
+            metrics["reward/overlong_penalty_mean"] = penalty.double().mean().item()
+        batch.batch["token_level_scores"] = scores
+        return batch
+
+    def _collect_rollouts(self, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
+        """Generates and scores one step's batch; with DAPO dynamic sampling, keeps only groups with reward
+        variance and generates more prompts until `train_batch_size` groups are kept (bounded)."""
+        filters = self.config.algorithm.filter_groups
+        if not filters.enable:
+            return self._score(self._generate(self._c.train_loader.next_batch(), timings), timings, metrics)
+        n = self.config.actor_rollout_ref.rollout.n
+        wanted = self.config.data.train_batch_size
+        kept: list[DataProto] = []
+        kept_groups = 0
+        for attempt in range(1, filters.max_num_gen_batches + 1):
+            batch = self._score(self._generate(self._c.train_loader.next_batch(), timings), timings, metrics)
+            seq_scores = batch.batch["token_level_scores"].sum(-1)
+            result = filter_zero_variance_groups(batch.non_tensor_batch["uid"], seq_scores)
+            kept.append(batch[result.keep_mask.numpy()])
+            kept_groups += result.num_kept_groups
+            if kept_groups >= wanted:
+                metrics["dynamic_sampling/gen_batches"] = attempt
+                return DataProto.concat(kept)[: wanted * n]
+        raise RuntimeError(
+            f"dynamic sampling kept {kept_groups} of the {wanted} groups needed after "
+            f"algorithm.filter_groups.max_num_gen_batches={filters.max_num_gen_batches} generation batches; "
+            "raise max_num_gen_batches, or the task is too easy/hard for the policy (all-equal rewards)"
+        )
+
+    def _compute_advantages(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
+        algo = self.config.algorithm
+        mask = batch.batch["response_mask"]
+        scores = batch.batch["token_level_scores"]
+        if algo.use_kl_in_reward:
+            rewards, kl_metrics = apply_kl_penalty(
+                scores, batch.batch["old_log_probs"], batch.batch["ref_log_probs"], mask,
+                kl_ctrl=self.kl_ctrl, kl_penalty=algo.kl_penalty,
+            )
+            metrics.update({f"critic/{k}": v for k, v in kl_metrics.items()})
+        else:
+            rewards = scores
+        batch.batch["token_level_rewards"] = rewards
+        inputs = AdvantageInputs(
+            token_level_rewards=rewards,
+            response_mask=mask,
+            index=batch.non_tensor_batch["uid"],
+            values=batch.batch["values"] if "values" in batch.batch.keys() else None,
+            reward_baselines=batch.batch["reward_baselines"] if "reward_baselines" in batch.batch.keys() else None,
+        )
+        cfg = AdvantageConfig(gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        advantages, returns = compute_advantage(algo.adv_estimator, inputs, cfg)
+        batch.batch["advantages"] = advantages
+        batch.batch["returns"] = returns
+        return batch
+
+    def _remax_baselines(self, batch: DataProto, timings: dict[str, float], metrics: dict[str, float]) -> torch.Tensor:
+        """ReMax: the reward of the greedy response to each prompt, repeated over its n samples."""
+        n = self.config.actor_rollout_ref.rollout.n
+        first = batch[np.arange(0, len(batch), n)]
+        prompt_len = first.batch["prompts"].shape[1]
+        prompts = DataProto.from_dict(
+            tensors={
+                "input_ids": first.batch["prompts"],
+                "attention_mask": first.batch["attention_mask"][:, :prompt_len],
+                "position_ids": first.batch["position_ids"][:, :prompt_len],
+            },
+            non_tensors=dict(first.non_tensor_batch),
+            meta_info={"do_sample": False},
+        )
+        with timed(timings, "gen_greedy"):
+            greedy = self._c.actor_rollout.generate_sequences(prompts)
+        greedy.meta_info.pop("metrics", None)
+        scores, _ = self._c.reward_manager.score(greedy)
+        return scores.sum(-1).repeat_interleave(n)
+
+    # ------------------------------------------------------------------ loop
+    def train_step(self) -> dict[str, float]:
+        """One RL step; returns its metrics."""
+        timings: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        cfg = self.config
+        c = self._c
+        with timed(timings, "step"):
+            batch = self._collect_rollouts(timings, metrics)
+            metrics.update(_mean_metrics(batch.meta_info.pop("metrics", {})))
+            if cfg.algorithm.adv_estimator == "remax":
+                batch.batch["reward_baselines"] = self._remax_baselines(batch, timings, metrics)
+            with timed(timings, "old_log_prob"):
+                batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
+            if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
+                weights, is_metrics = compute_rollout_is_weights(
+                    batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],
+                    cfg.algorithm.rollout_is_config(),
+                )
+                batch.batch["rollout_is_weights"] = weights
+                metrics.update({f"rollout_is/{k}": float(v) for k, v in is_metrics.items()})
+            if c.needs_reference:
+                with timed(timings, "ref"):
+                    batch = _merge(batch, c.actor_rollout.compute_ref_log_prob(batch), metrics)
+            if c.critic is not None:
+                with timed(timings, "values"):
+                    batch = _merge(batch, c.critic.compute_values(batch), metrics)
+            with timed(timings, "adv"):
+                batch = self._compute_advantages(batch, metrics)
+            if c.critic is not None:
+                with timed(timings, "update_critic"):
+                    metrics.update(_mean_metrics(c.critic.update_critic(batch)))
+            if self.global_step >= cfg.trainer.critic_warmup:
+                with timed(timings, "update_actor"):
+                    metrics.update(_mean_metrics(c.actor_rollout.update_actor(batch)))
+                with timed(timings, "sync_weights"):
+                    metrics.update(_mean_metrics(c.actor_rollout.sync_weights()))
+        metrics.update(data_metrics(batch, cfg.data.max_response_length))
+        metrics.update(throughput_metrics(batch, timings, c.world_size))
+        metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
+        metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
+        return metrics
+
+    def validate(self) -> dict[str, float]:
+        """Mean score of the validation set with the validation sampling settings, per data source."""
+        c = self._c
+        scores, sources = [], []
+        for prompts in c.val_batches():
+            prompts.meta_info["validate"] = True
+            out = c.actor_rollout.generate_sequences(prompts)
+            token_scores, _ = c.reward_manager.score(out)
+            scores.append(token_scores.sum(-1))
+            sources.extend(out.non_tensor_batch["data_source"].tolist())
+        all_scores = torch.cat(scores).double()
+        metrics = {"val/score/mean": all_scores.mean().item()}
+        for source in sorted(set(sources)):
+            mask = torch.tensor([s == source for s in sources])
+            metrics[f"val-core/{source}/reward/mean"] = all_scores[mask].mean().item()
+        return metrics
+
+    def fit(self) -> dict[str, float]:
+        """Runs training to `trainer.total_training_steps`; returns the last step's metrics (incl. validation)."""
+        cfg = self.config.trainer
+        if self.components is None:
+            self.init_workers()
+        self._resume()
+        self.tracking = Tracking(cfg.logger, self.run_dir, cfg.project_name, cfg.experiment_name, self.config_dict())
+        total = self._c.total_training_steps
+        progress = Progress(total=total, start=self.global_step)
+        last: dict[str, float] = {}
+        try:
+            if cfg.val_before_train and self.global_step == 0:
+                last = self.validate()
+                self.tracking.log(last, step=0)
+                progress.note(last)
+            while self.global_step < total:
+                metrics = self.train_step()
+                self.global_step += 1
+                if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or self.global_step == total):
+                    metrics.update(self.validate())
+                if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
+                    self._save_checkpoint()
+                self.tracking.log(metrics, step=self.global_step)
+                progress.update(self.global_step, metrics)
+                last = metrics
+        finally:
+            progress.close()
+            self.tracking.close()
+        return last
+
+    def config_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict, is_dataclass
+
+        return asdict(self.config) if is_dataclass(self.config) else {}
+
+    def shutdown(self) -> None:
+        if self.components is not None:
+            self.components.shutdown()
+            self.components = None
+
+
+def _merge(batch: DataProto, result: DataProto, metrics: dict[str, float]) -> DataProto:
+    """batch ∪ result, with the result's per-worker metrics averaged into `metrics` instead of meta_info."""
+    metrics.update(_mean_metrics(result.meta_info.pop("metrics", {})))
+    return batch.union(result)
+
+
+def _mean_metrics(result: Any) -> dict[str, float]:
+    """Per-worker metric lists (from DataProto.concat or a list of dicts) averaged into scalars."""
+    if isinstance(result, DataProto):
+        raw = result.meta_info.get("metrics", {})
+    elif isinstance(result, (list, tuple)):
+        raw: dict[str, list] = {}
+        for item in result:
+            for k, v in (item or {}).items():
+                raw.setdefault(k, []).extend(v if isinstance(v, list) else [v])
+    else:
+        raw = dict(result or {})
+    out = {}
+    for key, value in raw.items():
+        values = value if isinstance(value, list) else [value]
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) or hasattr(v, "item")]
+        if numbers:
+            out[key] = float(np.mean(numbers))
+    return out

@@ -1,0 +1,174 @@
+"""Builds what the trainer loop drives: model files, tokenizer, data loaders, reward manager, worker groups."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from verl_like.config.ppo import PPOConfig
+from verl_like.protocol import DataProto
+from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
+from verl_like.single_controller.worker_group import RoleHandle
+
+logger = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """Where built models and generated data are cached ($VERL_LIKE_CACHE_DIR, default ~/.cache/verl_like)."""
+    return Path(os.environ.get("VERL_LIKE_CACHE_DIR", Path.home() / ".cache" / "verl_like")).expanduser()
+
+
+def resolve_model_path(config: PPOConfig) -> str:
+    """A local HF directory for the policy: the configured one, or the builtin tiny model built (once) here."""
+    model = config.actor_rollout_ref.model
+    if not model.is_builtin:
+        return str(Path(model.path).expanduser())
+    from verl_like.config.model import tiny_model_spec
+    from verl_like.data.synthetic import SYNTHETIC_PREFIX, parse_synthetic_spec
+    from verl_like.models.warmstart import WarmStartSpec, build_warmstart_model
+
+    # The builtin model starts from a short supervised fine-tune on the synthetic task it will be trained on
+    # (its `sft` split, disjoint from the held-out test split), as real RL starts from a supervised model.
+    train = config.data.train_files
+    first = train if isinstance(train, str) else train[0]
+    task = parse_synthetic_spec(first)[0] if first.startswith(SYNTHETIC_PREFIX) else WarmStartSpec().task
+    spec = WarmStartSpec(model=tiny_model_spec(model), task=task)
+    return str(build_warmstart_model(cache_dir() / "models", spec))
+
+
+@dataclass
+class TrainerComponents:
+    """Handles the loop uses; `shutdown()` releases the workers, pools and scoring processes."""
+
+    actor_rollout: RoleHandle
+    critic: RoleHandle | None
+    reward_manager: Any
+    train_loader: Any
+    val_loader: Any
+    needs_reference: bool
+    world_size: int
+    total_training_steps: int
+    groups: list[WorkerGroup] = field(default_factory=list)
+    pools: list[ResourcePool] = field(default_factory=list)
+
+    def val_batches(self) -> Iterator[DataProto]:
+        self.val_loader.epoch, self.val_loader.position = 0, 0
+        return iter(self.val_loader)
+
+    def shutdown(self) -> None:
+        for group in self.groups:
+            group.shutdown()
+        for pool in self.pools:
+            pool.remove()
+        self.reward_manager.close()
+
+
+def build_components(
+    config: PPOConfig,
+    actor_rollout_worker: type | None = None,
+    actor_rollout_kwargs: dict[str, Any] | None = None,
+    critic_worker: type | None = None,
+    reward_fn: Callable[..., Any] | None = None,
+) -> TrainerComponents:
+    """Everything `PPOTrainer` needs, in the order that fails fastest: files and data first, then Ray actors."""
+    from transformers import AutoTokenizer
+
+    from verl_like.data.dataset import RLDataset
+    from verl_like.data.loader import PromptLoader
+    from verl_like.data.synthetic import resolve_data_files
+    from verl_like.rewards.custom import load_custom_function
+    from verl_like.rewards.manager import RewardManager
+    from verl_like.workers.actor_rollout import ActorRolloutWorker
+    from verl_like.workers.critic import CriticWorker
+
+    derived = config.derived
+    model_path = resolve_model_path(config)
+    tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.tokenizer_path or model_path)
+    data_dir = cache_dir() / "data"
+    train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data)
+    val_set = RLDataset(resolve_data_files(config.data.val_files, data_dir), tokenizer, config.data)
+    train_loader = PromptLoader(train_set, config.data.train_batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
+    val_batch = config.data.val_batch_size or len(val_set)
+    val_loader = PromptLoader(val_set, val_batch, shuffle=False, drop_last=False)
+    total_steps = config.trainer.total_training_steps or len(train_loader) * config.trainer.total_epochs
+
+    custom = config.custom_reward_function
+    if reward_fn is None and custom.path:
+        reward_fn = load_custom_function(custom.path, custom.name)
+    reward_manager = RewardManager(
+        tokenizer,
+        reward_fn,
+        num_workers=config.reward_model.scoring_workers,
+        timeout_s=config.reward_model.scoring_timeout_s,
+        reward_fn_key=config.data.reward_fn_key,
+    )
+
+    trainer = config.trainer
+    pool = ResourcePool.create(
+        [trainer.n_gpus_per_node] * trainer.nnodes,
+        device=_device(trainer.device),
+        cpus_per_process=trainer.cpus_per_worker,
+        name="global_pool",
+        ready_timeout_s=trainer.timeouts.worker_start_timeout_s,
+    )
+    roles = {
+        "actor_rollout": RoleSpec(
+            actor_rollout_worker or ActorRolloutWorker,
+            kwargs={
+                "model_path": model_path,
+                "actor": config.actor_rollout_ref.actor,
+                "rollout": config.actor_rollout_ref.rollout,
+                "ref": config.actor_rollout_ref.ref if derived.use_reference_policy else None,
+                "total_training_steps": total_steps,
+                "seed": config.data.seed,
+                **(actor_rollout_kwargs or {}),
+            },
+        )
+    }
+    if derived.use_critic:
+        critic_path = config.critic.model.path or model_path
+        roles["critic"] = RoleSpec(
+            critic_worker or CriticWorker,
+            kwargs={
+                "config": config.critic,
+                "model_path": critic_path,
+                "rollout_n": config.actor_rollout_ref.rollout.n,
+                "total_training_steps": total_steps,
+            },
+        )
+    # Every role of a rank lives in one process (the hybrid engine): they share the device and its memory.
+    group = WorkerGroup(
+        pool,
+        roles,
+        name="hybrid",
+        default_timeout_s=trainer.timeouts.worker_call_timeout_s,
+        init_timeout_s=trainer.timeouts.worker_start_timeout_s,
+    )
+    actor_rollout = group.role("actor_rollout")
+    critic = group.role("critic") if derived.use_critic else None
+    actor_rollout.init_model()
+    if critic is not None:
+        critic.init_model()
+    return TrainerComponents(
+        actor_rollout=actor_rollout,
+        critic=critic,
+        reward_manager=reward_manager,
+        train_loader=train_loader,
+        val_loader=val_loader,
+        needs_reference=derived.use_reference_policy,
+        world_size=derived.world_size,
+        total_training_steps=total_steps,
+        groups=[group],
+        pools=[pool],
+    )
+
+
+def _device(device: str) -> str:
+    if device != "auto":
+        return device
+    from verl_like.utils.device import get_device_name
+
+    return get_device_name()
