@@ -122,8 +122,11 @@ class PPOTrainer:
         self.checkpoints.commit(self.global_step, staging, state)
 
     # ------------------------------------------------------------------ phases
-    def _generate(self, prompts: DataProto, timings: dict[str, float]) -> DataProto:
+    def _generate(self, prompts: DataProto, timings: dict[str, float], attempt: int = 0) -> DataProto:
         prompts.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(prompts))], dtype=object)
+        # Seeded by step (and dynamic-sampling attempt) so a resumed run samples what the uninterrupted one did.
+        base = self.config.actor_rollout_ref.rollout.seed
+        prompts.meta_info["seed"] = (base * 1_000_003 + self.global_step * 7_919 * 131 + attempt * 104_729) % 2**31
         with timed(timings, "gen"):
             return self._c.actor_rollout.generate_sequences(prompts)
 
@@ -155,7 +158,7 @@ class PPOTrainer:
         kept: list[DataProto] = []
         kept_groups = 0
         for attempt in range(1, filters.max_num_gen_batches + 1):
-            batch = self._score(self._generate(self._c.train_loader.next_batch(), timings), timings, metrics)
+            batch = self._score(self._generate(self._c.train_loader.next_batch(), timings, attempt), timings, metrics)
             seq_scores = batch.batch["token_level_scores"].sum(-1)
             result = filter_zero_variance_groups(batch.non_tensor_batch["uid"], seq_scores)
             kept.append(batch[result.keep_mask.numpy()])
