@@ -7,6 +7,7 @@
     batch = batch.union(group.compute_log_prob(batch))  # old_log_probs (+ rollout/logprob_diff_* metrics)
     metrics = group.update_actor(batch).meta_info["metrics"]
     group.sync_weights()                                # weight_sync/* metrics (generate_sequences syncs if skipped)
+    group.close()                                       # before group.shutdown(): releases the engine cleanly
 
 Meshes: "actor" = every rank its own DP rank (FSDP over the whole group); "rollout" = TP groups of
 `tensor_model_parallel_size` consecutive ranks, each group one DP rank that receives one chunk, and its TP
@@ -170,7 +171,8 @@ class ActorRolloutWorker(Worker):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Rollout batch for this TP group's chunk of prompts (layout in `RolloutEngine`).
 
-        meta_info: "validate" uses rollout.val_kwargs; "do_sample": False decodes greedily (one sample).
+        meta_info: "validate" uses rollout.val_kwargs; "do_sample": False decodes greedily (one sample); "seed"
+        seeds the sampling of this call (prompt i of the whole batch draws from seed + i * n).
         Weights are synced first when the actor has stepped since the last sync. Adds meta_info["temperature"]
         and metrics rollout/tokens_per_s (all ranks' tokens over the slowest rank's time) and weight_sync/*.
         """
@@ -182,6 +184,12 @@ class ActorRolloutWorker(Worker):
             validate=bool(prompts.meta_info.get("validate", False)),
             greedy=prompts.meta_info.get("do_sample", True) is False,
         )
+        if "seed" in prompts.meta_info and sampling.do_sample:
+            # A per-call seed makes a step's samples reproducible (resume == uninterrupted run); this TP group's
+            # prompts take the seeds after those of the DP ranks before it.
+            dp_rank = self.rank // self.rollout_config.tensor_model_parallel_size
+            first = int(prompts.meta_info["seed"]) + dp_rank * len(prompts) * sampling.n
+            sampling = dataclasses.replace(sampling, seed=first)
         self._wake_rollout()
         start = time.perf_counter()
         try:
@@ -253,6 +261,15 @@ class ActorRolloutWorker(Worker):
             actor.engine.load_checkpoint(Path(directory))
         self._synced_step = None
         self._sync_weights()
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def close(self) -> None:
+        """Shuts the rollout engine down cleanly (frees its shared memory; a killed process leaks it). Call it
+        before the group's shutdown; the worker takes no more calls (vLLM's shutdown ends the process group)."""
+        if self.rollout is not None and hasattr(self.rollout, "shutdown"):
+            self.rollout.shutdown()
+        self.rollout = None
+        self._sliced_sync = None
 
     # ----- internals -----
 
