@@ -17,3 +17,13 @@ def ray_cluster():
     yield ray
     shutdown_all_groups()
     ray.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def verl_like_cache(tmp_path_factory):
+    """One model/data cache for the session (the warm-start model is built once), unless one is set already."""
+    import os
+
+    if "VERL_LIKE_CACHE_DIR" not in os.environ:
+        os.environ["VERL_LIKE_CACHE_DIR"] = str(tmp_path_factory.mktemp("verl_like_cache"))
+    return os.environ["VERL_LIKE_CACHE_DIR"]

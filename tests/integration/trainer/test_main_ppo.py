@@ -19,9 +19,9 @@ DETERMINISTIC = ("critic/score/mean", "response_length/mean", "actor/pg_loss", "
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    """One model/data cache for the module, so the warm-start model is built once."""
-    return tmp_path_factory.mktemp("verl_like_cache")
+def cache_dir(verl_like_cache):
+    """The session's model/data cache, so the warm-start model is built once."""
+    return Path(verl_like_cache)
 
 
 def _main_ppo(args: list[str], cache_dir: Path, **popen) -> subprocess.Popen:
