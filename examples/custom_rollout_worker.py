@@ -132,5 +132,6 @@ if __name__ == "__main__":
     for step, metrics in enumerate(result["history"]):
         print(f"step {step}: score={metrics['score']:.3f} rollout tokens/s={metrics['rollout/tokens_per_s']:.0f} "
               f"sync {metrics['weight_sync/wall_s']:.3f} s ({metrics['weight_sync/model_bytes'] / 1e6:.1f} MB)")
+    result["group"].close()
     result["group"].shutdown()
     result["pool"].remove()

@@ -125,6 +125,11 @@ class VLLMRolloutEngine(RolloutEngine):
 
         self.options = options
         self.model_path = str(model_path)
+        self._shm_tag: str | None = None
+        if vllm_compat.on_cpu_platform() and options.tensor_parallel_size > 1:
+            # Same on every rank of this world, different for every world (MASTER_PORT is a fresh free port).
+            self._shm_tag = f"verl_like_{os.environ['MASTER_PORT']}"
+            vllm_compat.isolate_cpu_shm_names(self._shm_tag)
         start = time.perf_counter()
         llm_kwargs = build_llm_kwargs(self.model_path, options)
         self._sleep_mode = llm_kwargs["enable_sleep_mode"]
@@ -219,5 +224,8 @@ class VLLMRolloutEngine(RolloutEngine):
     def shutdown(self) -> None:
         """Releases the engine. vLLM's in-process shutdown (EngineCore.shutdown -> cleanup_dist_env_and_memory)
         also destroys the default torch.distributed process group, even one the caller created: shut the
-        engine down last, after any collective the caller still needs."""
+        engine down last, after any collective the caller still needs. On CPU with TP > 1 it also unlinks the
+        group's shared-memory segments (a process that is killed instead leaves them in /dev/shm)."""
         del self.llm
+        if self._shm_tag is not None:
+            vllm_compat.remove_cpu_shm(self._shm_tag)

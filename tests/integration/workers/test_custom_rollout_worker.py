@@ -77,8 +77,11 @@ def test_example_runs_and_its_engine_takes_the_new_weights(ray_cluster, tmp_path
         assert torch.equal(engine, updated)
         assert not torch.equal(engine, initial)
     finally:
-        group.shutdown()
-        result["pool"].remove()
+        try:
+            group.close()
+        finally:
+            group.shutdown()
+            result["pool"].remove()
 
 
 def test_a_text_hook_without_a_weight_hook_gets_the_stale_policy_warning():
