@@ -235,3 +235,30 @@ def test_sliced_and_full_syncs_leave_identical_vllm_weights(trained):
     if trained["tp"] == 2:  # each rank holds half of a row-parallel weight: different shards on the two ranks
         name = "model.layers.0.self_attn.o_proj.weight"
         assert full[0][name].shape == (128, 64) and not torch.equal(full[0][name], full[1][name])
+
+
+def ppo_step(group, prompts) -> None:
+    """generate -> old log-probs -> advantages (+1 for each prompt's first sample, -1 else) -> update."""
+    batch = group.generate_sequences(prompts)
+    batch.meta_info.pop("metrics")
+    old = group.compute_log_prob(batch)
+    old.meta_info.pop("metrics")
+    batch = batch.union(old)
+    signs = torch.tensor([1.0, -1.0]).repeat(len(batch) // 2).unsqueeze(1)
+    batch.batch["advantages"] = signs * batch.batch["response_mask"]
+    group.update_actor(batch)
+
+
+def test_checkpoint_round_trip_restores_the_rollout_policy(trained, tmp_path):
+    """Runs last for its variant: another update, then load_checkpoint brings actor and rollout back."""
+    if trained["rollout"].name == "hf":
+        pytest.skip("the vLLM variants cover it")
+    group, prompts = trained["group"], with_meta(trained["prompts"], do_sample=False)
+    saved = group.generate_sequences(prompts).batch["responses"]
+    group.save_checkpoint(str(tmp_path / "ckpt"))
+    ppo_step(group, trained["prompts"])
+    moved = group.generate_sequences(prompts).batch["responses"]  # syncs the new weights first
+    group.load_checkpoint(str(tmp_path / "ckpt"))
+    restored = group.generate_sequences(prompts).batch["responses"]
+    assert not torch.equal(moved, saved)
+    assert torch.equal(restored, saved)
