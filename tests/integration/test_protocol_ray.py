@@ -12,14 +12,7 @@ from verl_like.protocol_ops import values_equal
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 << 20, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def scorers(ray_cluster):
+def scorers(ray_cluster):  # the session's local Ray cluster (tests/conftest.py)
     """Two worker actors shared by the tests (each start imports torch: seconds on 2 cores)."""
     actors = [Scorer.remote(rank) for rank in range(2)]
     yield actors
