@@ -276,16 +276,3 @@ def local_destination(layout: ParamLayout, shape: ModelShape, tp_size: int) -> L
             return LocalDestination(offset)
         offset += rows
     return LocalDestination(0)
-
-
-def local_param_rows(vllm_name: str, layouts: list[ParamLayout], shape: ModelShape, tp_size: int) -> int | None:
-    """Rows of the rank-local vLLM parameter `vllm_name` as the layout predicts it (None: not split by rows)."""
-    for layout in layouts:
-        if layout.vllm_name != vllm_name:
-            continue
-        if layout.placement is Placement.VOCAB:
-            return shape.padded_vocab_per_rank(tp_size)
-        parts = fused_shard_rows(layout, shape, tp_size)
-        if parts:
-            return sum(parts.values())
-    return None

@@ -47,6 +47,7 @@ from verl_like.resharding.transfer import SyncStats
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
 from verl_like.single_controller import Dispatch, Worker, register
+from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.reference import ReferencePolicy, reference_engine_config
 
@@ -115,10 +116,13 @@ class ActorRolloutWorker(Worker):
         """The rollout engine of this rank (vLLM in-process, or HF `generate`); override to use your own."""
         config = self.rollout_config
         if config.name == "hf":
+            from transformers import AutoModelForCausalLM
+
             from verl_like.rollout.hf import HFRolloutEngine
 
-            dtype = None if config.dtype == "auto" else getattr(torch, config.dtype)
-            return HFRolloutEngine(self.model_path, dtype=dtype)
+            dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
+            return HFRolloutEngine(model.to(get_torch_device()))
         from verl_like.rollout.vllm import VLLMRolloutEngine
 
         return VLLMRolloutEngine(self.model_path, config.vllm_options())
@@ -349,9 +353,9 @@ class ActorRolloutWorker(Worker):
         self.update_rollout_weights(stream)
         for _ in stream:  # the stream is a collective: finish it even if the hook stopped early
             pass
-        world = engine.dp_size
-        return SyncStats(time.perf_counter() - start, count[0], count[0], count[0] * (world - 1) // world,
-                         count[0] * (world - 1) // world, 1, "hook")
+        gathered = count[0] * (engine.dp_size - 1) // engine.dp_size  # what the full-tensor all-gathers moved
+        return SyncStats(wall_s=time.perf_counter() - start, model_bytes=count[0], loaded_bytes=count[0],
+                         received_bytes=gathered, sent_bytes=gathered, buckets=1, mode="hook")
 
     def _wake_rollout(self) -> None:
         if self.rollout is None:
