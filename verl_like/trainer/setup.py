@@ -59,6 +59,11 @@ class TrainerComponents:
         return iter(self.val_loader)
 
     def shutdown(self) -> None:
+        try:
+            # Release the rollout engines first (on CPU, TP engines hold shared-memory segments).
+            self.actor_rollout.close(timeout_s=120)
+        except Exception as err:  # a failed run may have lost workers; shutting down must still proceed
+            logger.warning("closing the rollout engines failed: %s", err)
         for group in self.groups:
             group.shutdown()
         for pool in self.pools:
