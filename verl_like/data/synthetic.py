@@ -30,43 +30,54 @@ SYNTHETIC_PREFIX = "synthetic:"
 SPLITS = ("train", "test", "sft")
 HELD_OUT_BUCKETS = 8  # one question in 8 belongs to the held-out test pool
 _SPLIT_SEED_OFFSET = {"train": 0, "test": 1, "sft": 2}
-_FORMAT_VERSION = 1  # bump when the rows a task generates change, so cached parquet files are rebuilt
+_FORMAT_VERSION = 2  # bump when the rows a task generates change, so cached parquet files are rebuilt
 
 
 @dataclass(frozen=True)
 class SyntheticTask:
-    """A question generator `make(rng) -> (question, answer)`, its `ability` label and a one-line description."""
+    """A question generator `make(rng) -> (question, answer, flawed_answer)`, its `ability` label and a one-line
+    description. `flawed_answer` is what a demonstrator with the task's typical bug writes (equal to `answer`
+    where the bug does not show); the warm start imitates such a demonstrator (verl_like/models/warmstart.py)."""
 
     name: str
-    make: Callable[[random.Random], tuple[str, str]]
+    make: Callable[[random.Random], tuple[str, str, str]]
     ability: str
     description: str
+    flaw: str
 
 
-def _add(rng: random.Random) -> tuple[str, str]:
+def _digits(rng: random.Random, low: int, high: int) -> str:
+    return "".join(rng.choice("0123456789") for _ in range(rng.randint(low, high)))
+
+
+def _add(rng: random.Random) -> tuple[str, str, str]:
     a, b = rng.randint(0, 99), rng.randint(0, 99)
-    return f"{a}+{b}=?", str(a + b)
+    forgot_carry = (a // 10 + b // 10) * 10 + (a % 10 + b % 10) % 10
+    return f"{a}+{b}=?", str(a + b), str(forgot_carry)
 
 
-def _reverse(rng: random.Random) -> tuple[str, str]:
-    digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(3, 6)))
-    return f"reverse {digits}", digits[::-1]
+def _reverse(rng: random.Random) -> tuple[str, str, str]:
+    digits = _digits(rng, 3, 6)
+    return f"reverse {digits}", digits[::-1], digits
 
 
-def _sort(rng: random.Random) -> tuple[str, str]:
-    digits = [rng.choice("0123456789") for _ in range(rng.randint(3, 6))]
-    return f"sort {''.join(digits)}", "".join(sorted(digits))
+def _sort(rng: random.Random) -> tuple[str, str, str]:
+    digits = _digits(rng, 3, 6)
+    return f"sort {digits}", "".join(sorted(digits)), "".join(sorted(digits, reverse=True))
 
 
 TASKS: dict[str, SyntheticTask] = {
     task.name: task
     for task in (
-        SyntheticTask("add", _add, "arithmetic", "sum of two numbers in [0, 99], e.g. '37+48=?' -> '85'"),
-        SyntheticTask("reverse", _reverse, "string", "3 to 6 digits in reverse order, 'reverse 4821' -> '1284'"),
-        SyntheticTask("sort", _sort, "string", "3 to 6 digits in ascending order, 'sort 4821' -> '1248'"),
+        SyntheticTask("add", _add, "arithmetic", "sum of two numbers in [0, 99], '37+48=?' -> '85'",
+                      "forgets the carry from the ones column ('37+48=?' -> '75')"),
+        SyntheticTask("reverse", _reverse, "string", "3 to 6 digits in reverse order, 'reverse 4821' -> '1284'",
+                      "copies the digits unchanged ('reverse 4821' -> '4821')"),
+        SyntheticTask("sort", _sort, "string", "3 to 6 digits in ascending order, 'sort 4021' -> '0124'",
+                      "sorts in descending order ('sort 4021' -> '4210')"),
     )
 }
-DEFAULT_TASK = "add"
+DEFAULT_TASK = "sort"
 
 
 def get_task(name: str) -> SyntheticTask:
@@ -87,13 +98,14 @@ def is_held_out(question: str) -> bool:
     return digest[0] % HELD_OUT_BUCKETS == 0
 
 
-def _row(task: SyntheticTask, split: str, index: int, question: str, answer: str) -> dict:
+def _row(task: SyntheticTask, split: str, index: int, question: str, answer: str, flawed: str) -> dict:
     return {
         "data_source": data_source_of(task.name),
         "prompt": [{"role": "user", "content": question}],
         "ability": task.ability,
         "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "question": question, "answer": answer},
+        "extra_info": {"split": split, "index": index, "question": question, "answer": answer,
+                       "flawed_answer": flawed},
     }
 
 
@@ -119,14 +131,14 @@ def generate_split(task: str, split: str, size: int, seed: int = 0) -> list[dict
             raise ValueError(
                 f"task {task!r} cannot supply {size} distinct held-out questions (got {len(rows)}); ask for fewer"
             )
-        question, answer = spec.make(rng)
+        question, answer, flawed = spec.make(rng)
         if is_held_out(question) != held_out:
             continue
         if held_out:
             if question in seen:
                 continue
             seen.add(question)
-        rows.append(_row(spec, split, len(rows), question, answer))
+        rows.append(_row(spec, split, len(rows), question, answer, flawed))
     return rows
 
 

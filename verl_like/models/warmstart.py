@@ -1,10 +1,13 @@
-"""The warm-start checkpoint of the embedded default job: the tiny model after a short supervised fine-tune.
+"""The warm-start checkpoint of the embedded default job: the tiny model fine-tuned on a flawed demonstrator.
 
-Real RL starts from a supervised model. This module builds the tiny model (verl_like/models/tiny.py), trains it
-for a few hundred steps of plain next-token cross-entropy on the response tokens of a synthetic task's `sft`
-split (disjoint from the held-out `test` split), and saves it with its tokenizer. The fine-tune is deliberately
-short: the model learns the format and part of the skill, so RL starts from a low but non-zero reward it can
-raise. The result is cached in `<cache_dir>/warmstart-<spec hash>` and built once (single process, CPU, seconds).
+Real RL starts from a supervised model, and real demonstrations are imperfect. This module builds the tiny model
+(verl_like/models/tiny.py) and trains it with plain next-token cross-entropy on the responses of a synthetic
+task's `sft` split (disjoint from the held-out `test` split), where each demonstration is the correct answer with
+probability `demo_accuracy` and otherwise the task's typical mistake (`flawed_answer`: digits sorted the wrong
+way, a forgotten carry, digits copied instead of reversed). The model learns both behaviours and prefers the
+flawed one: greedy held-out reward starts low, while a correct answer is sampled often enough (about
+`demo_accuracy` of the time) for RL's correctness reward to find and reinforce it. The result is cached in
+`<cache_dir>/warmstart-<task>-<spec hash>` and built once (single process, CPU, seconds).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -37,14 +41,16 @@ class WarmStartSpec:
 
     task: synthetic task whose `sft` split is the training data.
     sft_examples: rows of the sft split drawn (the fine-tune cycles over them).
+    demo_accuracy: share of demonstrations that are correct; the others show the task's flaw.
     steps / batch_size / lr: AdamW steps, rows per step and peak learning rate (linear warm-up over 10% of the
         steps, then constant).
     seed: data order and dropout-free training are fixed by it (the model's init by `model.seed`).
     """
 
     model: TinyModelSpec = TinyModelSpec()
-    task: str = "add"
+    task: str = "sort"
     sft_examples: int = 4096
+    demo_accuracy: float = 0.3
     steps: int = 300
     batch_size: int = 64
     lr: float = 3e-3
@@ -56,6 +62,8 @@ class WarmStartSpec:
         for name in ("sft_examples", "steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"WarmStartSpec.{name}={getattr(self, name)} must be >= 1")
+        if not 0.0 <= self.demo_accuracy <= 1.0:
+            raise ValueError(f"WarmStartSpec.demo_accuracy={self.demo_accuracy} must lie in [0, 1]")
         if not self.lr > 0:
             raise ValueError(f"WarmStartSpec.lr={self.lr} must be > 0")
 
@@ -66,19 +74,31 @@ class WarmStartSpec:
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def demonstrations(rows: list[dict], demo_accuracy: float, seed: int) -> list[str]:
+    """The demonstrated answer of each sft row: its ground truth with probability `demo_accuracy` (seeded), else
+    its `extra_info.flawed_answer`."""
+    rng = random.Random(seed)
+    return [
+        row["reward_model"]["ground_truth"] if rng.random() < demo_accuracy else row["extra_info"]["flawed_answer"]
+        for row in rows
+    ]
+
+
 def sft_tensors(
-    tokenizer: PreTrainedTokenizerBase, rows: list[dict]
+    tokenizer: PreTrainedTokenizerBase, rows: list[dict], answers: list[str]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded `input_ids`, `attention_mask` and `loss_mask` `(rows, seq_len)` of prompt + answer + eos.
 
     `loss_mask` marks the answer and eos tokens: the model learns to answer, not to predict the prompt.
     """
+    if len(answers) != len(rows):
+        raise ValueError(f"got {len(answers)} answers for {len(rows)} rows")
     sequences, answer_starts = [], []
-    for row in rows:
+    for row, answer in zip(rows, answers):
         prompt_ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
         if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
             prompt_ids = prompt_ids["input_ids"]
-        answer_ids = tokenizer.encode(row["reward_model"]["ground_truth"], add_special_tokens=False)
+        answer_ids = tokenizer.encode(answer, add_special_tokens=False)
         sequences.append(list(prompt_ids) + answer_ids + [tokenizer.eos_token_id])
         answer_starts.append(len(prompt_ids))
     width = max(len(seq) for seq in sequences)
@@ -160,7 +180,8 @@ def build_warmstart_model(cache_dir: str | os.PathLike, spec: WarmStartSpec = Wa
         torch.manual_seed(spec.model.seed)
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
         rows = generate_split(spec.task, "sft", spec.sft_examples, spec.seed)
-        input_ids, attention_mask, loss_mask = sft_tensors(tokenizer, rows)
+        answers = demonstrations(rows, spec.demo_accuracy, spec.seed)
+        input_ids, attention_mask, loss_mask = sft_tensors(tokenizer, rows, answers)
         losses = supervised_finetune(model, input_ids, attention_mask, loss_mask, spec)
         final = staging / "model"
         model.to(getattr(torch, spec.model.torch_dtype)).save_pretrained(final, safe_serialization=True)

@@ -22,14 +22,21 @@ from verl_like.rewards.synthetic import compute_score
 def test_answers_are_correct_and_encodable(task):
     for row in generate_split(task, "train", 200, seed=1):
         question, answer = row["prompt"][0]["content"], row["reward_model"]["ground_truth"]
-        check_encodable(question + answer)
+        flawed = row["extra_info"]["flawed_answer"]
+        check_encodable(question + answer + flawed)
         if task == "add":
-            a, b = question.removesuffix("=?").split("+")
-            assert int(answer) == int(a) + int(b)
+            a, b = (int(x) for x in question.removesuffix("=?").split("+"))
+            assert int(answer) == a + b
+            ones = (a % 10 + b % 10) % 10
+            assert int(flawed) == (a // 10 + b // 10) * 10 + ones  # the carry from the ones column is lost
+            assert (flawed == answer) == (a % 10 + b % 10 < 10)
         elif task == "reverse":
-            assert answer == question.split()[1][::-1]
+            digits = question.split()[1]
+            assert answer == digits[::-1] and flawed == digits and 3 <= len(digits) <= 6
         else:
-            assert answer == "".join(sorted(question.split()[1]))
+            digits = question.split()[1]
+            assert answer == "".join(sorted(digits)) and 3 <= len(digits) <= 6
+            assert flawed == answer[::-1]  # sorted the wrong way
         assert row["data_source"] == data_source_of(task)
         assert compute_score(answer, row["reward_model"]["ground_truth"]) == 1.0
 
@@ -91,7 +98,7 @@ def test_resolve_data_files_mixes_paths_and_checks_them(tmp_path):
     real = tmp_path / "mine.parquet"
     real.write_bytes(b"x")
     files = resolve_data_files(f"{real}, synthetic:sort:test", tmp_path, SyntheticSizes(test=8))
-    assert files[0] == str(real) and files[1].endswith("sort_test_8_s0_v1.parquet")
+    assert files[0] == str(real) and files[1].endswith("sort_test_8_s0_v2.parquet")
     with pytest.raises(FileNotFoundError, match=r"data file '.*missing.parquet' does not exist"):
         resolve_data_files(str(tmp_path / "missing.parquet"), tmp_path)
     with pytest.raises(ValueError, match="no data files"):

@@ -11,24 +11,41 @@ from verl_like.models.tiny import TinyModelSpec, build_tokenizer
 from verl_like.models.warmstart import (
     WarmStartSpec,
     build_warmstart_model,
+    demonstrations,
     sft_tensors,
     supervised_finetune,
     warmstart_dir,
 )
 
-SMALL = WarmStartSpec(sft_examples=64, steps=20, batch_size=16, lr=3e-3)
+SMALL = WarmStartSpec(task="sort", sft_examples=64, steps=20, batch_size=16, lr=3e-3)
+
+
+def test_demonstrations_mix_correct_and_flawed_answers():
+    rows = generate_split("sort", "sft", 2000)
+    answers = demonstrations(rows, 0.25, seed=0)
+    assert answers == demonstrations(rows, 0.25, seed=0)
+    correct = [a == r["reward_model"]["ground_truth"] for a, r in zip(answers, rows)]
+    assert all(a in (r["reward_model"]["ground_truth"], r["extra_info"]["flawed_answer"]) for a, r in zip(answers, rows))
+    differs = [r["reward_model"]["ground_truth"] != r["extra_info"]["flawed_answer"] for r in rows]
+    shown = [c for c, d in zip(correct, differs) if d]  # rows where the flaw shows
+    assert 0.2 < sum(shown) / len(shown) < 0.3
+    assert demonstrations(rows[:50], 1.0, 0) == [r["reward_model"]["ground_truth"] for r in rows[:50]]
+    assert demonstrations(rows[:50], 0.0, 0) == [r["extra_info"]["flawed_answer"] for r in rows[:50]]
 
 
 def test_sft_tensors_mask_only_the_answer_and_eos():
     tokenizer = build_tokenizer()
     rows = generate_split("add", "sft", 3)
-    input_ids, attention_mask, loss_mask = sft_tensors(tokenizer, rows)
-    for i, row in enumerate(rows):
+    answers = ["7", "123", "45"]
+    input_ids, attention_mask, loss_mask = sft_tensors(tokenizer, rows, answers)
+    with pytest.raises(ValueError, match="got 2 answers for 3 rows"):
+        sft_tensors(tokenizer, rows, answers[:2])
+    for i, (row, demo) in enumerate(zip(rows, answers)):
         prompt = tokenizer.encode(
             tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False),
             add_special_tokens=False,
         )
-        answer = tokenizer.encode(row["reward_model"]["ground_truth"], add_special_tokens=False)
+        answer = tokenizer.encode(demo, add_special_tokens=False)
         full = prompt + answer + [tokenizer.eos_token_id]
         pad = input_ids.shape[1] - len(full)
         assert input_ids[i].tolist() == full + [tokenizer.pad_token_id] * pad
@@ -41,7 +58,8 @@ def test_supervised_finetune_lowers_the_loss(tmp_path):
 
     base = build_tiny_model(tmp_path / "base")
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    tensors = sft_tensors(AutoTokenizer.from_pretrained(base), generate_split("add", "sft", 64))
+    rows = generate_split("add", "sft", 64)
+    tensors = sft_tensors(AutoTokenizer.from_pretrained(base), rows, demonstrations(rows, 1.0, 0))
     losses = supervised_finetune(model, *tensors, SMALL)
     assert len(losses) == SMALL.steps
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
@@ -49,7 +67,7 @@ def test_supervised_finetune_lowers_the_loss(tmp_path):
 
 def test_build_once_and_load(tmp_path, caplog):
     path = build_warmstart_model(tmp_path, SMALL)
-    assert path == warmstart_dir(tmp_path, SMALL) and path.name.startswith("warmstart-add-")
+    assert path == warmstart_dir(tmp_path, SMALL) and path.name.startswith("warmstart-sort-")
     written = (path / "model.safetensors").stat().st_mtime_ns
     assert build_warmstart_model(tmp_path, SMALL) == path
     assert (path / "model.safetensors").stat().st_mtime_ns == written
@@ -65,10 +83,11 @@ def test_spec_hash_covers_every_field():
     hashes = {
         SMALL.spec_hash(),
         WarmStartSpec(sft_examples=64, steps=21, batch_size=16, lr=3e-3).spec_hash(),
-        WarmStartSpec(sft_examples=64, steps=20, batch_size=16, lr=3e-3, task="sort").spec_hash(),
+        WarmStartSpec(sft_examples=64, steps=20, batch_size=16, lr=3e-3, task="add").spec_hash(),
+        WarmStartSpec(sft_examples=64, steps=20, batch_size=16, lr=3e-3, demo_accuracy=0.5).spec_hash(),
         WarmStartSpec(sft_examples=64, steps=20, batch_size=16, lr=3e-3, model=TinyModelSpec(seed=1)).spec_hash(),
     }
-    assert len(hashes) == 4
+    assert len(hashes) == 5
 
 
 def test_bad_specs():
@@ -76,5 +95,35 @@ def test_bad_specs():
         WarmStartSpec(task="mul")
     with pytest.raises(ValueError, match=r"WarmStartSpec.steps=0 must be >= 1"):
         WarmStartSpec(steps=0)
+    with pytest.raises(ValueError, match=r"WarmStartSpec.demo_accuracy=1.5 must lie in \[0, 1\]"):
+        WarmStartSpec(demo_accuracy=1.5)
     with pytest.raises(ValueError, match=r"WarmStartSpec.lr=0.0 must be > 0"):
         WarmStartSpec(lr=0.0)
+
+
+def test_default_warm_start_prefers_the_flaw_but_samples_the_right_answer(tmp_path):
+    """The premise of the default job: greedy held-out reward starts low, correct answers are still sampled."""
+    from verl_like.config.data import DataConfig
+    from verl_like.data.dataset import RLDataset
+    from verl_like.data.synthetic import SyntheticSizes, resolve_data_files
+    from verl_like.rewards.manager import RewardManager
+    from verl_like.rollout.base import SamplingConfig
+    from verl_like.rollout.hf import HFRolloutEngine
+
+    torch.manual_seed(0)
+    path = build_warmstart_model(tmp_path / "models", WarmStartSpec())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    files = resolve_data_files("synthetic:sort:test", tmp_path / "data", SyntheticSizes(test=128))
+    test = RLDataset(files, tokenizer, DataConfig(train_files=files, max_prompt_length=24))
+    prompts = test.collate([test[i] for i in range(len(test))])
+    engine = HFRolloutEngine(AutoModelForCausalLM.from_pretrained(path))
+    rewards = RewardManager(tokenizer, num_workers=0)
+    greedy = engine.generate(prompts, SamplingConfig(do_sample=False, max_tokens=8))
+    _, greedy_metrics = rewards.score(greedy)
+    sampled = engine.generate(prompts, SamplingConfig(n=4, max_tokens=8, seed=0))
+    _, sampled_metrics = rewards.score(sampled)
+    texts = tokenizer.batch_decode(greedy.batch["responses"], skip_special_tokens=True)
+    flawed = sum(text == item.extra_info["flawed_answer"] for text, item in zip(texts, test.items)) / len(test)
+    assert greedy_metrics["reward/score_mean"] <= 0.3
+    assert flawed >= 0.5
+    assert sampled_metrics["reward/score_mean"] >= 0.05
