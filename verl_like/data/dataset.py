@@ -64,7 +64,8 @@ class RLDataset:
         self.policy = config.overlong_prompt_policy
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to its eos token)")
-        if config.apply_chat_template and config.chat_template is None and not getattr(tokenizer, "chat_template", None):
+        has_template = config.chat_template is not None or getattr(tokenizer, "chat_template", None)
+        if config.apply_chat_template and not has_template:
             raise ValueError(
                 "data.apply_chat_template=true but the tokenizer has no chat template; set data.chat_template to a "
                 "Jinja template, or data.apply_chat_template=false to tokenize text prompts as they are"
@@ -131,8 +132,8 @@ class RLDataset:
     def _cut(self, item: PromptItem, row: PromptRow) -> PromptItem:
         if self.policy == "error":
             raise DataRowError(
-                f"{row.file} row {row.row_index}: field {self.config.prompt_key!r} is {len(item.input_ids)} tokens after "
-                f"the chat template, over data.max_prompt_length={self.max_prompt_length}; raise max_prompt_length, "
+                f"{row.file} row {row.row_index}: field {self.config.prompt_key!r} is {len(item.input_ids)} tokens "
+                f"after the chat template, over data.max_prompt_length={self.max_prompt_length}; raise max_prompt_length, "
                 "or set data.truncation to filter/left/right/middle"
             )
         self.num_truncated += 1

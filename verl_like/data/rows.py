@@ -59,7 +59,9 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
         try:
             records = pq.read_table(path).to_pylist()
         except Exception as error:  # pyarrow raises several types for corrupt files
-            raise DataRowError(f"{path}: not a readable parquet file ({error}); rewrite it with pyarrow or pandas") from error
+            raise DataRowError(
+                f"{path}: not a readable parquet file ({error}); rewrite it with pyarrow or pandas"
+            ) from error
     else:
         records = []
         with path.open(encoding="utf-8") as handle:
@@ -106,7 +108,9 @@ def _check_prompt(value: Any, where: str, prompt_key: str) -> list[dict[str, str
             )
         for key in ("role", "content"):
             if key not in message or message[key] is None:
-                raise DataRowError(f"{where}: field {name + '.' + key!r} is missing; each message needs role and content")
+                raise DataRowError(
+                    f"{where}: field {name + '.' + key!r} is missing; each message needs role and content"
+                )
         role, content = message["role"], message["content"]
         if role not in CHAT_ROLES:
             raise DataRowError(f"{where}: field {name + '.role'!r} is {role!r}; use one of {CHAT_ROLES}")
@@ -158,7 +162,9 @@ def check_record(
     if extra_info is None:
         extra_info = {}
     if not isinstance(extra_info, dict):
-        raise DataRowError(f"{where}: field 'extra_info' is a {type(extra_info).__name__}; it must be an object or null")
+        raise DataRowError(
+            f"{where}: field 'extra_info' is a {type(extra_info).__name__}; it must be an object or null"
+        )
     return PromptRow(prompt, ground_truth, data_source, dict(extra_info), file, row_index)
 
 

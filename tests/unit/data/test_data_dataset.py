@@ -71,6 +71,14 @@ def test_tokenizer_without_chat_template_is_refused(tmp_path):
         RLDataset([path], bare, DataConfig(train_files=path))
 
 
+def test_tokenizer_without_pad_token_is_refused(tmp_path):
+    path = write_rows(tmp_path / "d.jsonl", ["1"])
+    bare = build_tokenizer()
+    bare.pad_token = None
+    with pytest.raises(ValueError, match="the tokenizer has no pad token; set tokenizer.pad_token"):
+        RLDataset([path], bare, DataConfig(train_files=path))
+
+
 def test_filter_drops_and_counts_overlong_prompts(tmp_path, tokenizer, caplog):
     prompts = ["1", "2" * 30, "3", "4" * 40]
     path = write_rows(tmp_path / "d.jsonl", prompts)

@@ -25,7 +25,8 @@ def test_demonstrations_mix_correct_and_flawed_answers():
     answers = demonstrations(rows, 0.25, seed=0)
     assert answers == demonstrations(rows, 0.25, seed=0)
     correct = [a == r["reward_model"]["ground_truth"] for a, r in zip(answers, rows)]
-    assert all(a in (r["reward_model"]["ground_truth"], r["extra_info"]["flawed_answer"]) for a, r in zip(answers, rows))
+    for answer, row in zip(answers, rows):
+        assert answer in (row["reward_model"]["ground_truth"], row["extra_info"]["flawed_answer"])
     differs = [r["reward_model"]["ground_truth"] != r["extra_info"]["flawed_answer"] for r in rows]
     shown = [c for c, d in zip(correct, differs) if d]  # rows where the flaw shows
     assert 0.2 < sum(shown) / len(shown) < 0.3

@@ -19,7 +19,7 @@ def test_load_custom_function():
 
 
 def test_missing_file():
-    with pytest.raises(CustomRewardError, match=r"'/no/such.py' does not exist; set reward.custom_reward_function.path"):
+    with pytest.raises(CustomRewardError, match=r"'/no/such.py' does not exist; set reward.custom_reward_function"):
         load_custom_function("/no/such.py", "fn")
 
 
@@ -76,3 +76,10 @@ def test_register_scorer_and_refuse_a_second_one_for_the_same_source():
     assert default_compute_score("tests/len", "abc", "3") == 1.0
     with pytest.raises(ValueError, match="'tests/len' is already registered"):
         register_scorer("tests/len")(lambda s, g: 0.0)
+
+
+def test_file_that_is_not_a_python_module(tmp_path):
+    text = tmp_path / "reward.txt"
+    text.write_text("def fn(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    with pytest.raises(CustomRewardError, match=r"reward.txt' is not a Python module; give a .py file"):
+        load_custom_function(str(text), "fn")
