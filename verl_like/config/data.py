@@ -56,7 +56,7 @@ class DataConfig:
       seed: seed of the training sampler.
     """
 
-    train_files: str | tuple[str, ...] = "synthetic:add"
+    train_files: str | tuple[str, ...] = "synthetic:sort"
     val_files: str | tuple[str, ...] = ()
     prompt_key: str = "prompt"
     reward_fn_key: str = "data_source"

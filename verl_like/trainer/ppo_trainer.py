@@ -271,6 +271,8 @@ class PPOTrainer:
             token_scores, _ = c.reward_manager.score(out)
             scores.append(token_scores.sum(-1))
             sources.extend(out.non_tensor_batch["data_source"].tolist())
+        if not scores:
+            return {}
         all_scores = torch.cat(scores).double()
         metrics = {"val/score/mean": all_scores.mean().item()}
         for source in sorted(set(sources)):

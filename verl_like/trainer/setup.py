@@ -55,6 +55,9 @@ class TrainerComponents:
     pools: list[ResourcePool] = field(default_factory=list)
 
     def val_batches(self) -> Iterator[DataProto]:
+        """One pass over the validation set (nothing when data.val_files is empty)."""
+        if self.val_loader is None:
+            return iter(())
         self.val_loader.epoch, self.val_loader.position = 0, 0
         return iter(self.val_loader)
 
@@ -94,10 +97,12 @@ def build_components(
     tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.tokenizer_path or model_path)
     data_dir = cache_dir() / "data"
     train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data)
-    val_set = RLDataset(resolve_data_files(config.data.val_files, data_dir), tokenizer, config.data)
+    val_files = config.data.val_files
+    val_set = RLDataset(resolve_data_files(val_files, data_dir), tokenizer, config.data) if val_files else None
     train_loader = PromptLoader(train_set, config.data.train_batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
-    val_batch = config.data.val_batch_size or len(val_set)
-    val_loader = PromptLoader(val_set, val_batch, shuffle=False, drop_last=False)
+    val_loader = None
+    if val_set is not None:
+        val_loader = PromptLoader(val_set, config.data.val_batch_size or len(val_set), shuffle=False, drop_last=False)
     total_steps = config.trainer.total_training_steps or len(train_loader) * config.trainer.total_epochs
 
     custom = config.custom_reward_function

@@ -89,3 +89,12 @@ def test_kill_then_resume_reproduces_the_uninterrupted_run(cache_dir, tmp_path):
     for record in resumed[-2:]:
         for key in DETERMINISTIC:
             assert record[key] == pytest.approx(expected[record["step"]][key], rel=1e-6, abs=1e-7), key
+
+
+def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
+    """The embedded default (no preset), only fewer steps: held-out greedy reward must rise clearly."""
+    _run(["trainer.total_training_steps=20", "trainer.test_freq=10", f"trainer.default_local_dir={tmp_path}"], cache_dir)
+    val = {r["step"]: r["val/score/mean"] for r in read_metrics(tmp_path / "metrics.jsonl") if "val/score/mean" in r}
+    assert sorted(val) == [0, 10, 20]
+    assert val[0] <= 0.3, val
+    assert val[20] >= 0.6 and val[20] >= val[0] + 0.3, val

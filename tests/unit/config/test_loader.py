@@ -54,7 +54,7 @@ def test_every_preset_composes_converts_and_validates(preset):
 def test_default_job_validates_with_paths_checked():
     config = load_config([])  # tiny builtin model and synthetic data: nothing on disk is needed
     assert config.actor_rollout_ref.model.path == "tiny"
-    assert config.data.train_files == ("synthetic:add",) and config.data.val_files == ("synthetic:add:test",)
+    assert config.data.train_files == ("synthetic:sort",) and config.data.val_files == ("synthetic:sort:test",)
     assert config.algorithm.adv_estimator == "grpo"
     assert config.actor_rollout_ref.rollout.name == "vllm"
     assert (config.trainer.device, config.trainer.n_gpus_per_node, config.trainer.nnodes) == ("cpu", 2, 1)
@@ -114,10 +114,15 @@ def test_interpolations_follow_the_overridden_source_keys():
     assert config.critic.ppo_micro_batch_size_per_gpu == 8
 
 
+# Sizes the derived-size cases are written against, independent of the embedded default's tuning.
+SIZES = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "actor_rollout_ref.rollout.n=4"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        # default: 32 prompts, n=4, mini 16 prompts, micro 16 samples, 2 workers
+        # SIZES: 32 prompts, n=4, mini 16 prompts, micro 16 samples, 2 workers
         ([], dict(ppo_mini_batch_size_samples=64, ppo_mini_batch_size_per_rank=32, micro_batches_per_mini_batch=2,
                   mini_batches_per_step=2)),
         (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "trainer.n_gpus_per_node=4",
@@ -133,13 +138,13 @@ def test_interpolations_follow_the_overridden_source_keys():
     ],
 )
 def test_derived_sizes(overrides, expected):
-    derived = load_config(overrides).derived
+    derived = load_config(SIZES + overrides).derived
     for key, value in expected.items():
         assert getattr(derived, key) == value, key
 
 
 def test_derived_values_never_rewrite_the_users_keys():
-    config = load_config(["actor_rollout_ref.rollout.n=8"])
+    config = load_config(SIZES + ["actor_rollout_ref.rollout.n=8"])
     assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 16  # prompts, as typed
     assert config.derived.ppo_mini_batch_size_samples == 16 * 8
     assert config.data.train_batch_size == 32
@@ -204,8 +209,8 @@ def test_compose_inside_a_running_hydra_app_restores_its_state(tmp_path):
 def test_compose_from_another_config_dir(tmp_path, monkeypatch):
     (tmp_path / "trainer").mkdir()
     (tmp_path / "ppo_trainer.yaml").write_text((DEFAULT_CONFIG_DIR / "ppo_trainer.yaml").read_text())
-    (tmp_path / "trainer" / "mine.yaml").write_text("# @package _global_\n# my preset\ndata:\n  train_batch_size: 48\n")
-    assert load_config(["+trainer=mine"], config_dir=tmp_path).data.train_batch_size == 48
+    (tmp_path / "trainer" / "mine.yaml").write_text("# @package _global_\n# my preset\ndata:\n  train_batch_size: 128\n")
+    assert load_config(["+trainer=mine"], config_dir=tmp_path).data.train_batch_size == 128
     monkeypatch.setenv("VERL_LIKE_CONFIG_DIR", str(tmp_path))
     assert list_presets() == ["mine"]
     with pytest.raises(ConfigError, match="no ppo_trainer.yaml"):
