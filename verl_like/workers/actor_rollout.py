@@ -384,10 +384,11 @@ class ActorRolloutWorker(Worker):
                 "return one str per prompt"
             )
         responses = [self.tokenizer.encode(text, add_special_tokens=False)[: sampling.max_tokens] for text in outputs]
-        placeholder = [[0.0] * len(tokens) for tokens in responses]
+        # Zeros until the actor scores the tokens below: a custom engine gives text, not log-probs.
+        unscored = [[0.0] * len(tokens) for tokens in responses]
         pad = self.tokenizer.pad_token_id
         metrics = generation_metrics(responses, seconds)
-        batch = build_rollout_batch(prompts, responses, placeholder, sampling, pad, metrics)
+        batch = build_rollout_batch(prompts, responses, unscored, sampling, pad, metrics)
         temperature = sampling.temperature if sampling.do_sample else 1.0
         actor = self._require(self.actor, "generate_sequences")
         with self._onloaded(actor.engine), self._log_prob_micro_batching(actor.engine):
