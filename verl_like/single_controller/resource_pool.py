@@ -138,5 +138,6 @@ def _sort_by_node(groups: list[PlacementGroup]) -> list[PlacementGroup]:
 
 
 def _fmt(resources: dict) -> str:
-    keep = {k: v for k, v in resources.items() if k in ("CPU", "GPU", "memory") or not k.startswith("node:")}
-    return ", ".join(f"{k}={v:g}" for k, v in sorted(keep.items()) if k != "memory" and not k.startswith("object"))
+    """CPU, GPU and custom resources (not memory, object store or per-node markers), e.g. 'CPU=4, GPU=8'."""
+    skip = ("memory", "object_store_memory")
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items()) if k not in skip and not k.startswith("node:"))

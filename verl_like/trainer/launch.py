@@ -8,6 +8,7 @@ from typing import Any
 from verl_like.config.ppo import PPOConfig
 from verl_like.single_controller import init_ray
 from verl_like.trainer.ppo_trainer import PPOTrainer
+from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
 
 logger = logging.getLogger(__name__)
@@ -16,12 +17,7 @@ logger = logging.getLogger(__name__)
 def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
     """Starts (or joins) Ray, trains, and always releases the workers; returns the last step's metrics."""
     trainer_cfg = config.trainer
-    device = trainer_cfg.device
-    if device == "auto":
-        from verl_like.utils.device import get_device_name
-
-        device = get_device_name()
-    env = apply_default_env(device)
+    env = apply_default_env(resolve_device(trainer_cfg.device))
     ray_init = trainer_cfg.ray_init
     init_ray(
         address=trainer_cfg.ray_address,

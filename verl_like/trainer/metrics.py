@@ -63,9 +63,3 @@ def throughput_metrics(batch: DataProto, timings: dict[str, float], world_size: 
         metrics["perf/rollout_tokens_per_s"] = generated / timings["gen"]
     return metrics
 
-
-def estimate_mfu(tokens: float, seconds: float, num_params: int, peak_flops: float, passes: float) -> float:
-    """Model FLOPs utilisation: `passes` × 2 × params FLOPs per token (6 for forward+backward) over peak."""
-    if seconds <= 0 or peak_flops <= 0:
-        return 0.0
-    return passes * 2.0 * num_params * tokens / seconds / peak_flops

@@ -12,6 +12,7 @@ from verl_like.config.ppo import PPOConfig
 from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.worker_group import RoleHandle
+from verl_like.utils.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def build_components(
     trainer = config.trainer
     pool = ResourcePool.create(
         [trainer.n_gpus_per_node] * trainer.nnodes,
-        device=_device(trainer.device),
+        device=resolve_device(trainer.device),
         cpus_per_process=trainer.cpus_per_worker,
         name="global_pool",
         ready_timeout_s=trainer.timeouts.worker_start_timeout_s,
@@ -174,11 +175,3 @@ def build_components(
         groups=[group],
         pools=[pool],
     )
-
-
-def _device(device: str) -> str:
-    if device != "auto":
-        return device
-    from verl_like.utils.device import get_device_name
-
-    return get_device_name()

@@ -19,6 +19,11 @@ def get_device_name() -> str:
     return "cuda" if is_cuda_available() else "cpu"
 
 
+def resolve_device(device: str) -> str:
+    """A configured device ("auto", "cuda" or "cpu") as the concrete kind this process uses."""
+    return get_device_name() if device == "auto" else device
+
+
 def get_torch_device() -> torch.device:
     """The device this process computes on: its local CUDA device, or the CPU."""
     if is_cuda_available():
