@@ -120,7 +120,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         attn_implementation=args.attn,
         gradient_checkpointing=args.gradient_checkpointing,
         lr=1e-6,
-        use_remove_padding=True,
+        use_remove_padding=not args.padded,
         use_dynamic_bsz=True,
         max_tokens_per_rank=args.max_tokens_per_rank,
     )
@@ -161,6 +161,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "world_size": world,
         "attn_implementation": engine.model.config._attn_implementation,
         "gradient_checkpointing": args.gradient_checkpointing,
+        "packed": not args.padded,
         "rows_per_rank": args.rows_per_rank,
         "prompt_len": args.prompt_len,
         "response_len": args.response_len,
@@ -200,7 +201,8 @@ def main() -> None:
     parser.add_argument("--max-tokens-per-rank", type=int, default=16384)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup-steps", type=int, default=2)
-    parser.add_argument("--attn", default=None, choices=["flash_attention_2", "sdpa", "eager"])
+    parser.add_argument("--attn", default=None, choices=["flash_attention_2", "flex_attention", "sdpa", "eager"])
+    parser.add_argument("--padded", action="store_true", help="padded rows instead of packed sequences")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="where the random models are written (default: a tmp dir)")

@@ -2,9 +2,10 @@
 
 import pytest
 
+from verl_like.utils.device import get_device_name
 from verl_like.utils.env import apply_default_env
 
-apply_default_env("cpu")
+apply_default_env(get_device_name())  # "cpu" in CI; tests/gpu runs on a CUDA machine
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import torch
 
 MODEL_KINDS = ("causal_lm", "value", "sequence_classifier")
 LR_SCHEDULERS = ("constant", "cosine")
-ATTN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager")
+ATTN_IMPLEMENTATIONS = ("flash_attention_2", "flex_attention", "sdpa", "eager")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

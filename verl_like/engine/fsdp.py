@@ -32,7 +32,13 @@ from verl_like.engine.model_loading import decoder_layer_classes, load_model
 from verl_like.engine.model_outputs import micro_batch_outputs
 from verl_like.protocol import DataProto
 from verl_like.utils.checkpoint import commit_directory, prepare_staging
-from verl_like.utils.device import get_device_name, get_dist_backend, get_torch_device, is_cuda_available
+from verl_like.utils.device import (
+    get_device_name,
+    get_dist_backend,
+    get_torch_device,
+    is_cuda_available,
+    visible_device_index,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +56,7 @@ def init_process_group_from_env() -> None:
             "WorkerGroup or torchrun, or call torch.distributed.init_process_group first"
         )
     if is_cuda_available():
-        local_rank = int(os.environ.get("LOCAL_RANK", int(os.environ["RANK"]) % torch.cuda.device_count()))
-        torch.cuda.set_device(local_rank)
+        torch.cuda.set_device(visible_device_index(int(os.environ.get("LOCAL_RANK", 0))))
     dist.init_process_group(backend=get_dist_backend())
 
 

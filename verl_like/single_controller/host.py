@@ -11,6 +11,7 @@ from typing import Any
 import ray
 
 from verl_like.protocol import DataProto, unpad
+from verl_like.utils.device import visible_device_index
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,12 @@ def _resolve(value: Any) -> Any:
 class WorkerHost:
     """Runs in its own process; constructs the roles once the group knows the rendezvous address."""
 
-    def __init__(self, rank: int, world_size: int, local_rank: int, local_world_size: int) -> None:
+    def __init__(
+        self, rank: int, world_size: int, local_rank: int, local_world_size: int, device: str = "cpu"
+    ) -> None:
+        if device == "cuda":
+            # LOCAL_RANK names this process's CUDA device for FSDP and vLLM; Ray shows a GPU worker only its own.
+            local_rank = visible_device_index(local_rank)
         self._rank_env = {
             "RANK": str(rank),
             "WORLD_SIZE": str(world_size),

@@ -6,9 +6,10 @@ import datetime
 import logging
 import os
 
+import torch
 import torch.distributed as dist
 
-from verl_like.utils.device import get_dist_backend
+from verl_like.utils.device import get_dist_backend, is_cuda_available
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class Worker:
         if dist.is_initialized():
             return
         backend = get_dist_backend()
+        if is_cuda_available():
+            torch.cuda.set_device(self.local_rank)
         logger.info("rank %d/%d: init_process_group(%s)", self.rank, self.world_size, backend)
         dist.init_process_group(
             backend=backend,

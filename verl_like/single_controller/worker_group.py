@@ -169,7 +169,9 @@ class WorkerGroup:
             if env_vars:
                 options["runtime_env"] = {"env_vars": dict(env_vars)}
             self._actors.append(
-                host_cls.options(**options).remote(rank, self.pool.world_size, slot.local_rank, self.pool.local_world_size(slot))
+                host_cls.options(**options).remote(
+                    rank, self.pool.world_size, slot.local_rank, self.pool.local_world_size(slot), self.pool.device
+                )
             )
         # Actors wait for free bundle resources: a group that never starts usually means the groups sharing this
         # pool ask for resource_fractions adding up to more than 1.

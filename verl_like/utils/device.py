@@ -31,6 +31,24 @@ def get_torch_device() -> torch.device:
     return torch.device("cpu")
 
 
+def visible_device_index(local_rank: int) -> int:
+    """The CUDA device index (among this process's visible devices) of the node-local rank `local_rank`.
+
+    Ray shows each GPU worker only the device it was given (CUDA_VISIBLE_DEVICES of one id), so that worker's
+    device is index 0 whatever its local rank; torchrun-style launchers leave every device of the node visible
+    and the local rank is the index. vLLM's external_launcher executor and FSDP both pick their device by this.
+    """
+    count = torch.cuda.device_count()
+    if count == 1:
+        return 0
+    if not 0 <= local_rank < count:
+        raise RuntimeError(
+            f"local rank {local_rank} has no CUDA device: this process sees {count} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); start one process per visible GPU"
+        )
+    return local_rank
+
+
 def get_dist_backend() -> str:
     """torch.distributed backend for the device: nccl for CUDA tensors (gloo for CPU ones), gloo on CPU."""
     return "cuda:nccl,cpu:gloo" if is_cuda_available() else "gloo"

@@ -27,10 +27,12 @@ _CPU = {
     "OMP_NUM_THREADS": "1",
 }
 
-# NVLink multicast hangs NCCL on the lent H200 machines; harmless elsewhere.
+# NVLink multicast can take a shared host's GPUs out of service (the lent H200 machines forbid it); the small
+# gain is not worth that risk anywhere.
 _CUDA = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
 }
 
 

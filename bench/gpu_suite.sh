@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU benchmarks and tests behind docs/benchmarks.md, in stages that each fit one 10-minute device call.
+# Run from the repo root on a machine with 2 H200s (one-GPU runs take GPU 0 or 1; two of them run side by side),
+# with vllm, ray and this repo's other needs importable (shared/devicekit + the wheels in .whl/, see
+# docs/benchmarks.md). Logs and RESULT lines go to $OUT (default ./gpu_out).
+#
+#   bash bench/gpu_suite.sh micro      # update MFU, raw-vs-worker rollout, weight sync (1 GPU, TP=2), sleep/wake
+#   bash bench/gpu_suite.sh tests      # tests/gpu (TP=1 and TP=2, main_ppo on 1 and 2 GPUs); 7B sync at TP=2
+#   bash bench/gpu_suite.sh steps      # whole GRPO steps: 0.5B then 1.5B on GPU 0, 7B (offloaded) on GPU 1
+#   bash bench/gpu_suite.sh steps_tp2  # whole GRPO steps: 0.5B with rollout TP=2 on both GPUs
+set -uo pipefail
+OUT=${OUT:-./gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+WORK=${BENCH_WORKDIR:-/tmp/bench_models}   # random-weight models are built once and reused across stages
+mkdir -p "$WORK"
+
+# run NAME TIMEOUT GPUS CMD...: one benchmark, its log in $OUT/NAME.log, RESULT lines collected in $OUT/results.jsonl
+run() {
+  local name=$1 limit=$2 gpus=$3; shift 3
+  local start=$SECONDS
+  CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name rc=$rc $((SECONDS - start)) s"
+  grep -h '^RESULT ' "$OUT/$name.log" | sed "s/^RESULT /{\"bench\": \"$name\", \"result\": /; s/\$/}/" >>"$OUT/results.jsonl"
+  [ $rc = 0 ] || tail -n 25 "$OUT/$name.log"
+}
+
+case "${1:-}" in
+micro)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  {
+    run update_sdpa 200 0 python bench/update_throughput.py --attn sdpa --steps 3 --warmup-steps 1 --workdir "$WORK"
+    run update_flex 200 0 python bench/update_throughput.py --attn flex_attention --steps 3 --warmup-steps 1 \
+      --workdir "$WORK"
+    run rollout_0.5b 240 0 python bench/rollout_throughput.py --workdir "$WORK"
+  } &
+  {
+    run sync_0.5b 150 1 python bench/weight_sync.py --model qwen2.5-0.5b --workdir "$WORK"
+    run sync_7b 300 1 python bench/weight_sync.py --model qwen2.5-7b --workdir "$WORK"
+    run update_padded 100 1 python bench/update_throughput.py --attn sdpa --padded --models qwen2.5-0.5b --steps 3 \
+      --warmup-steps 1 --workdir "$WORK"
+  } &
+  wait
+  run sync_0.5b_tp2 120 0,1 torchrun --nproc-per-node 2 bench/weight_sync.py --tp 2 --model qwen2.5-0.5b --workdir "$WORK"
+  ;;
+tests)
+  run gpu_tests 400 0,1 python -m pytest tests/gpu -v -s -rs -p no:cacheprovider
+  run sync_7b_tp2 170 0,1 torchrun --nproc-per-node 2 bench/weight_sync.py --tp 2 --model qwen2.5-7b --workdir "$WORK"
+  ;;
+steps)  # two Ray clusters side by side, one per GPU (started 20 s apart)
+  {
+    run step_0.5b 280 0 python bench/step_throughput.py --model qwen2.5-0.5b --workdir "$WORK"
+    run step_1.5b 280 0 python bench/step_throughput.py --model qwen2.5-1.5b --workdir "$WORK"
+  } &
+  { sleep 20; run step_7b 560 1 python bench/step_throughput.py --model qwen2.5-7b --prompts 16 --offload --workdir "$WORK"; } &
+  wait
+  ;;
+steps_tp2)
+  run step_0.5b_tp2 300 0,1 python bench/step_throughput.py --model qwen2.5-0.5b --gpus 2 --tp 2 --prompts 256 \
+    --workdir "$WORK"
+  ;;
+*)
+  echo "usage: bash bench/gpu_suite.sh micro|tests|steps|steps_tp2" >&2
+  exit 2
+  ;;
+esac

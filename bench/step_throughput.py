@@ -1,0 +1,292 @@
+"""Whole GRPO steps through the real trainer (Ray, FSDP2, in-process vLLM with sleep mode, the sliced weight sync).
+
+A Qwen2.5-shaped model with random weights (bf16 checkpoint, fp32 master weights, bf16 compute), prompts of exactly
+`--prompt-len` tokens, responses of exactly `--response-len` tokens (ignore_eos), `--prompts` x `--n` samples per
+step, one optimizer step per RL step, no reference policy (GRPO without a KL term). The reward is a parity of the
+response text, so groups have reward variance and the update does real work.
+
+Reported per step (the first step is warm-up and left out of the medians), per GPU:
+  rollout   response tokens / generation seconds
+  log-probs prompt+response tokens / old-log-prob seconds
+  update    prompt+response tokens / update seconds, and MFU (model FLOPs as in bench/update_throughput.py:
+            3 x the forward's matmuls + causal attention, over the update wall time, against --peak-tflops)
+  sync      model bytes in bf16 / weight-sync seconds (GB/s)
+  step      prompt+response tokens / step seconds (end to end, rewards and driver work included)
+and each phase's share of the step, the peak device memory any GPU reached (nvidia-smi, sampled every 0.2 s), and
+launch -> first rollout: seconds from `launch()` (Ray start, workers, FSDP, vLLM start, first weight sync) to the
+end of the first generation.
+
+    python bench/step_throughput.py --model qwen2.5-0.5b                         # one GPU
+    python bench/step_throughput.py --model qwen2.5-1.5b
+    python bench/step_throughput.py --model qwen2.5-7b --prompts 32 --offload    # 7B on one GPU
+    python bench/step_throughput.py --model qwen2.5-0.5b --gpus 2 --tp 2         # TP=2 on two GPUs
+    python bench/step_throughput.py --smoke                                      # tiny model, 2 CPU workers
+"""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocab, tied embeddings
+    "qwen2.5-0.5b": (896, 24, 14, 2, 4864, 151936, True),
+    "qwen2.5-1.5b": (1536, 28, 12, 2, 8960, 151936, True),
+    "qwen2.5-7b": (3584, 28, 28, 4, 18944, 152064, False),
+    "tiny": (128, 2, 4, 2, 256, 512, False),
+}
+FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+          "vocab_size", "tie_word_embeddings")
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """The bench's reward (custom_reward_function): parity of the response text's length."""
+    return float(len(solution_str) % 2)
+
+
+def build_model(name: str, out_dir: Path, device: str) -> Path:
+    """A random-weight bf16 Qwen2 checkpoint of shape `name` with the tiny byte-level tokenizer."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from verl_like.models.tiny import build_tokenizer
+
+    if (out_dir / "config.json").exists():
+        return out_dir
+    shape = dict(zip(FIELDS, SHAPES[name]))
+    tokenizer = build_tokenizer()  # byte-level, one token per character; ids past its vocabulary decode to ""
+    config = Qwen2Config(**shape, max_position_embeddings=32768, bos_token_id=tokenizer.eos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, dtype="bfloat16")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out_dir)
+    del model
+    tokenizer.save_pretrained(out_dir)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out_dir
+
+
+def write_prompts(path: Path, rows: int, prompt_len: int) -> Path:
+    """`rows` text prompts of exactly `prompt_len` tokens (characters of the byte-level tokenizer)."""
+    rng = random.Random(0)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    with path.open("w") as f:
+        for i in range(rows):
+            text = "".join(rng.choice(alphabet) for _ in range(prompt_len))
+            f.write(json.dumps({"prompt": text, "ground_truth": "0", "data_source": "bench", "extra_info": {"i": i}}))
+            f.write("\n")
+    return path
+
+
+class MemorySampler:
+    """Peak memory.used (MiB) of each GPU in CUDA_VISIBLE_DEVICES (all if unset), from nvidia-smi every 0.2 s."""
+
+    def __init__(self) -> None:
+        self.peak_mib: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.enabled = shutil.which("nvidia-smi") is not None
+        self._command = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        if os.environ.get("CUDA_VISIBLE_DEVICES"):  # only this run's GPUs (another run may share the machine)
+            self._command.append(f"--id={os.environ['CUDA_VISIBLE_DEVICES']}")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(self._command, capture_output=True, text=True, timeout=10).stdout
+                used = [int(line) for line in out.split()]
+                self.peak_mib = [max(a, b) for a, b in zip(self.peak_mib, used)] if self.peak_mib else used
+            except (subprocess.SubprocessError, ValueError):
+                pass
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> MemorySampler:
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self.enabled:
+            self._thread.join()
+
+
+def update_flops(shape: dict, prompt_len: int, response_len: int, sequences: int) -> float:
+    """Model FLOPs of one update over `sequences` full-length rows (3x forward; see bench/update_throughput.py)."""
+    h, layers = shape["hidden_size"], shape["num_hidden_layers"]
+    kv_width = shape["num_key_value_heads"] * (h // shape["num_attention_heads"])
+    linear_per_token = 2 * (2 * h * h + 2 * h * kv_width + 3 * h * shape["intermediate_size"])
+    length = prompt_len + response_len
+    attention = 2 * h * length * (length + 1)
+    head = 2 * h * shape["vocab_size"] * response_len
+    return 3 * sequences * (layers * (linear_per_token * length + attention) + head)
+
+
+def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Path, device: str) -> list[str]:
+    tokens_per_gpu = args.max_tokens_per_gpu
+    return [
+        f"data.train_files={data}", "data.val_files=[]", "data.apply_chat_template=false",
+        f"data.max_prompt_length={args.prompt_len}", f"data.max_response_length={args.response_len}",
+        f"data.train_batch_size={args.prompts}",
+        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.use_remove_padding=true",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={str(not args.no_grad_ckpt).lower()}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tokens_per_gpu}",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        f"actor_rollout_ref.actor.fsdp_config.param_dtype={args.param_dtype}",
+        "actor_rollout_ref.actor.fsdp_config.reduce_dtype=float32",
+        f"actor_rollout_ref.actor.fsdp_config.param_offload={str(args.offload).lower()}",
+        f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={str(args.offload).lower()}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={args.tp}",
+        f"actor_rollout_ref.rollout.dtype={args.rollout_dtype}",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.enforce_eager={str(args.eager).lower()}",
+        f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.ignore_eos=true",
+        f"actor_rollout_ref.rollout.max_num_seqs={args.max_num_seqs}",
+        f"actor_rollout_ref.rollout.max_model_len={args.prompt_len + args.response_len}",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={2 * tokens_per_gpu}",
+        f"actor_rollout_ref.rollout.update_weights_bucket_megabytes={args.bucket_mb}",
+        f"custom_reward_function.path={Path(__file__).resolve()}", "custom_reward_function.name=compute_score",
+        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false",
+        f"trainer.device={device}", f"trainer.n_gpus_per_node={args.gpus}", "trainer.nnodes=1",
+        f"trainer.total_training_steps={args.steps}", "trainer.test_freq=-1", "trainer.val_before_train=false",
+        "trainer.save_freq=-1", "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={run_dir}",
+        "trainer.experiment_name=step_throughput", "trainer.ray_init.num_cpus=null",
+        "trainer.ray_init.object_store_memory_mb=null",
+    ]
+
+
+def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dict:
+    steps = [r for r in records if "timing_s/step" in r]
+    measured = steps[1:] or steps  # step 1 pays for first-use costs (CUDA graphs, allocator growth, ...)
+    tokens = args.prompts * args.n * (args.prompt_len + args.response_len)
+    generated = args.prompts * args.n * args.response_len
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in measured)
+
+    phases = {"gen": "rollout", "old_log_prob": "log_probs", "update_actor": "update", "sync_weights": "weight_sync"}
+    seconds = {label: median(f"timing_s/{key}") for key, label in phases.items()}
+    step_s = median("timing_s/step")
+    gpus = args.gpus
+    flops = update_flops(shape, args.prompt_len, args.response_len, args.prompts * args.n)
+    sync_bytes = median("weight_sync/model_bytes") if "weight_sync/model_bytes" in measured[0] else float("nan")
+    return {
+        "step_s": step_s,
+        "seconds": seconds,
+        "share": {label: s / step_s for label, s in seconds.items()},
+        "tokens_per_s_per_gpu": {
+            "rollout": generated / seconds["rollout"] / gpus,
+            "log_probs": tokens / seconds["log_probs"] / gpus,
+            "update": tokens / seconds["update"] / gpus,
+            "step": tokens / step_s / gpus,
+        },
+        "update_mfu": flops / seconds["update"] / gpus / (args.peak_tflops * 1e12),
+        "log_prob_mfu": flops / 3 / seconds["log_probs"] / gpus / (args.peak_tflops * 1e12),
+        "weight_sync_gb_per_s": sync_bytes / seconds["weight_sync"] / 1e9,
+        "weight_sync_gb": sync_bytes / 1e9,
+        "logprob_diff_mean": median("rollout/logprob_diff_mean") if "rollout/logprob_diff_mean" in measured[0] else None,
+        "logprob_diff_max": median("rollout/logprob_diff_max") if "rollout/logprob_diff_max" in measured[0] else None,
+        "steps_measured": len(measured),
+        "per_step_s": [r["timing_s/step"] for r in steps],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qwen2.5-0.5b", choices=sorted(SHAPES))
+    parser.add_argument("--gpus", type=int, default=1, help="worker processes (one per GPU)")
+    parser.add_argument("--tp", type=int, default=1, help="rollout tensor-parallel size")
+    parser.add_argument("--prompts", type=int, default=128, help="prompts per step")
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt")
+    parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--response-len", type=int, default=512)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--max-tokens-per-gpu", type=int, default=32768, help="update micro-batch token budget")
+    parser.add_argument("--max-num-seqs", type=int, default=512)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    parser.add_argument("--bucket-mb", type=int, default=512)
+    parser.add_argument("--param-dtype", default="bfloat16")
+    parser.add_argument("--rollout-dtype", default="bfloat16")
+    parser.add_argument("--offload", action="store_true", help="actor params and optimizer offloaded to CPU")
+    parser.add_argument("--eager", action="store_true", help="vLLM without CUDA graphs (faster start)")
+    parser.add_argument("--no-grad-ckpt", action="store_true")
+    parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
+    parser.add_argument("--workdir", default=None, help="models, data and run directory (kept for reruns)")
+    parser.add_argument("--out", default=None, help="also write the RESULT json here")
+    parser.add_argument("--smoke", action="store_true", help="tiny model on 2 CPU workers, fp32, 2 short steps")
+    args = parser.parse_args()
+    if args.smoke:
+        args.model, args.gpus, args.prompts, args.n, args.prompt_len, args.response_len = "tiny", 2, 4, 2, 16, 8
+        args.steps, args.max_tokens_per_gpu, args.param_dtype, args.rollout_dtype = 2, 256, "float32", "float32"
+        args.max_num_seqs, args.eager = 16, True
+
+    from verl_like.utils.device import is_cuda_available
+
+    device = "cuda" if is_cuda_available() and not args.smoke else "cpu"
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="step_throughput_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    shape = dict(zip(FIELDS, SHAPES[args.model]))
+    model_dir = build_model(args.model, workdir / args.model, device)
+    data = write_prompts(workdir / f"prompts_{args.prompt_len}.jsonl", args.prompts * args.steps, args.prompt_len)
+    run_dir = workdir / f"run_{args.model}_g{args.gpus}_tp{args.tp}_{int(time.time())}"
+
+    from verl_like.config.loader import load_config
+    from verl_like.trainer import launch as launch_module
+    from verl_like.trainer.ppo_trainer import PPOTrainer
+
+    config = load_config(overrides(args, model_dir, data, run_dir, device))
+    marks: dict[str, float] = {}
+
+    class TimedTrainer(PPOTrainer):
+        """Notes when the workers are up and when the first rollout has finished."""
+
+        def init_workers(self) -> None:
+            super().init_workers()
+            marks["workers_ready"] = time.perf_counter()
+
+        def _generate(self, *a, **kw):
+            out = super()._generate(*a, **kw)
+            marks.setdefault("first_rollout_done", time.perf_counter())
+            return out
+
+    launch_module.PPOTrainer = TimedTrainer  # launch() builds the trainer by this name
+    launch_start = time.perf_counter()
+    with MemorySampler() as memory:
+        launch_module.launch(config)
+    from verl_like.utils.tracking import read_metrics
+
+    records = read_metrics(next(run_dir.rglob("metrics.jsonl")))
+    report = {
+        "model": args.model, "shape": shape, "gpus": args.gpus, "tp": args.tp, "device": device,
+        "prompts": args.prompts, "n": args.n, "prompt_len": args.prompt_len, "response_len": args.response_len,
+        "offload": args.offload, "eager": args.eager, "rollout_dtype": args.rollout_dtype,
+        "launch_to_first_rollout_s": marks["first_rollout_done"] - launch_start,
+        "launch_to_workers_ready_s": marks["workers_ready"] - launch_start,
+        "process_start_to_launch_s": launch_start - PROCESS_START,
+        "peak_memory_gib": [m / 1024 for m in memory.peak_mib],
+        **summarize(records, args, shape),
+    }
+    print("RESULT " + json.dumps(report), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
