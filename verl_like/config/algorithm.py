@@ -42,14 +42,19 @@ class KLControlConfig:
             raise ConfigError(str(err)) from err
 
 
+# Per-sample values DAPO's dynamic sampling can compare (verl_like/trainer/ppo_trainer.py).
+FILTER_METRICS = ("acc", "score")
+
+
 @dataclass(frozen=True)
 class FilterGroupsConfig:
     """`algorithm.filter_groups`: DAPO dynamic sampling.
 
     enable: drop groups whose `metric` is equal for all samples (zero advantage) and generate more batches until
-      data.train_batch_size groups remain. metric: the per-sample value compared ("score", "acc" or any key the
-      reward function returns). max_num_gen_batches: the most generation rounds per step (>= 1); when still
-      short, the step trains on the groups it has and counts the shortfall in the metrics.
+      data.train_batch_size groups remain. metric: the per-sample value compared: "acc" (the rule or custom
+      scorer's score alone) or "score" (the final score: rule + reward model + overlong penalty).
+      max_num_gen_batches: the most generation rounds per step (>= 1); when still short the step fails with an
+      error saying so (as verl's DAPO does).
     """
 
     enable: bool = False
@@ -57,8 +62,11 @@ class FilterGroupsConfig:
     max_num_gen_batches: int = 10
 
     def __post_init__(self) -> None:
-        if not self.metric:
-            raise ConfigError("algorithm.filter_groups.metric is empty; name the per-sample metric, e.g. 'acc'")
+        if self.metric not in FILTER_METRICS:
+            raise ConfigError(
+                f"algorithm.filter_groups.metric={self.metric!r} must be one of {FILTER_METRICS}: 'acc' compares "
+                "the rule/custom scorer's score, 'score' the final score (with reward model and overlong penalty)"
+            )
         if self.max_num_gen_batches < 1:
             raise ConfigError(
                 f"algorithm.filter_groups.max_num_gen_batches={self.max_num_gen_batches} must be >= 1 "

@@ -106,7 +106,8 @@ class RefConfig:
 
     log_prob_micro_batch_size_per_gpu: samples per forward on one rank.
     log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead.
-    fsdp_config: FSDP options of the reference copy (param_offload keeps it in CPU memory between uses).
+    fsdp_config: FSDP options of the reference copy: model_dtype, param_dtype, reduce_dtype, param_offload (keeps
+      it in CPU memory between uses), reshard_after_forward. It has no optimizer: optimizer_offload must be false.
     """
 
     log_prob_micro_batch_size_per_gpu: int = 8
@@ -123,3 +124,7 @@ class RefConfig:
         if self.log_prob_max_token_len_per_gpu < 1:
             raise ConfigError(f"{p}.log_prob_max_token_len_per_gpu={self.log_prob_max_token_len_per_gpu} must be >= 1")
         self.fsdp_config.validate(f"{p}.fsdp_config")
+        if self.fsdp_config.optimizer_offload:
+            raise ConfigError(
+                f"{p}.fsdp_config.optimizer_offload=true but the reference policy has no optimizer; set it to false"
+            )

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from verl_like.config.actor import FSDPConfig
 from verl_like.config.errors import ConfigError
+from verl_like.engine.config import EngineConfig
 
 # "naive": each response's score sits on its last valid token (verl_like/rewards/manager.py).
 REWARD_MANAGERS = ("naive",)
+# How the reward model's score meets the rule score: "add" sums them, "replace" uses the RM score alone (verl's
+# naive reward manager: when rm_scores are present it returns them and calls no rule scorer).
+RM_COMBINE_MODES = ("add", "replace")
 
 
 @dataclass(frozen=True)
@@ -33,11 +38,33 @@ class OverlongBufferConfig:
 
 @dataclass(frozen=True)
 class RewardModelModelConfig:
-    """`reward_model.model`: path: local HF directory of a sequence-classification reward model;
-    trust_remote_code: as for the policy."""
+    """`reward_model.model`: the reward model (a sequence classifier with one output, scored at the last token).
+
+    path: local HF directory of a sequence-classification reward model. It must use the policy's tokenizer (the
+      rollout's token ids are scored as they are; a different vocabulary is refused before any worker starts).
+    trust_remote_code: must stay false: the engine loads only the model classes transformers ships.
+    use_remove_padding: pack the valid tokens of a micro-batch into one row (no padding in the forward pass).
+    fsdp_config: FSDPConfig of the reward model (model_dtype, param_dtype, reduce_dtype, param_offload,
+      reshard_after_forward; it has no optimizer, so optimizer_offload must stay false).
+    """
 
     path: str | None = None
     trust_remote_code: bool = False
+    use_remove_padding: bool = False
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+    def __post_init__(self) -> None:
+        if self.trust_remote_code:
+            raise ConfigError(
+                "reward_model.model.trust_remote_code=true is not supported: the FSDP engine loads only model classes "
+                "transformers ships (e.g. Qwen2ForSequenceClassification); set it to false"
+            )
+        p = "reward_model.model.fsdp_config"
+        self.fsdp_config.validate(p)
+        if self.fsdp_config.optimizer_offload:
+            raise ConfigError(
+                f"{p}.optimizer_offload=true but the reward model is inference-only (no optimizer); set it to false"
+            )
 
 
 @dataclass(frozen=True)
@@ -48,18 +75,24 @@ class RewardModelConfig:
       reward_manager: how scores become token-level rewards: "naive" (the score at the last response token).
       scoring_workers: processes scoring in parallel; 0 scores in the driver process.
       scoring_timeout_s: a scorer call running longer gives that sample reward 0 (counted in the metrics).
-    Reward-model role
-      enable: also score with a learned reward model (its score is added to the rule score).
+    Reward-model role (verl_like/workers/reward_model.py; one more role in each worker process, like the critic)
+      enable: also score with a learned reward model ("rm_scores", one number per response on its last token).
+      combine: "add" (token_level_scores = rule score + RM score) or "replace" (the RM score alone; the rule
+        scorers are not called, so the data need no ground truth; verl's naive manager does this).
       model: RewardModelModelConfig. micro_batch_size_per_gpu: samples per RM forward on one rank.
-    overlong_buffer: DAPO's overlong penalty (OverlongBufferConfig).
+      use_dynamic_bsz / forward_max_token_len_per_gpu: micro-batches by token budget instead of row count.
+    overlong_buffer: DAPO's overlong penalty (OverlongBufferConfig), applied after the combination.
     """
 
     reward_manager: str = "naive"
     scoring_workers: int = 2
     scoring_timeout_s: float = 30.0
     enable: bool = False
+    combine: str = "add"
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     micro_batch_size_per_gpu: int = 8
+    use_dynamic_bsz: bool = False
+    forward_max_token_len_per_gpu: int = 32768
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
 
     def __post_init__(self) -> None:
@@ -76,11 +109,38 @@ class RewardModelConfig:
             raise ConfigError(f"reward_model.scoring_timeout_s={self.scoring_timeout_s} must be > 0")
         if self.micro_batch_size_per_gpu < 1:
             raise ConfigError(f"reward_model.micro_batch_size_per_gpu={self.micro_batch_size_per_gpu} must be >= 1")
+        if self.forward_max_token_len_per_gpu < 1:
+            raise ConfigError(
+                f"reward_model.forward_max_token_len_per_gpu={self.forward_max_token_len_per_gpu} must be >= 1"
+            )
+        if self.combine not in RM_COMBINE_MODES:
+            raise ConfigError(f"reward_model.combine={self.combine!r} must be one of {RM_COMBINE_MODES}")
         if self.enable and not self.model.path:
             raise ConfigError(
                 "reward_model.enable=true needs reward_model.model.path (a local reward-model directory); "
                 "set it or set reward_model.enable=false"
             )
+
+    def to_engine_config(self, seed: int = 0) -> EngineConfig:
+        """The inference-only sequence-classifier EngineConfig of the reward model (needs model.path)."""
+        if not self.model.path:
+            raise ConfigError("reward_model.model.path is unset; set it to a local reward-model directory")
+        fsdp = self.model.fsdp_config
+        return EngineConfig(
+            model_path=self.model.path,
+            model_kind="sequence_classifier",
+            dtype=fsdp.model_dtype,
+            param_dtype=fsdp.param_dtype,
+            reduce_dtype=fsdp.reduce_dtype,
+            micro_batch_size_per_rank=self.micro_batch_size_per_gpu,
+            use_dynamic_bsz=self.use_dynamic_bsz,
+            max_tokens_per_rank=self.forward_max_token_len_per_gpu if self.use_dynamic_bsz else None,
+            use_remove_padding=self.model.use_remove_padding,
+            param_offload=fsdp.param_offload,
+            reshard_after_forward=fsdp.reshard_after_forward,
+            inference_only=True,
+            seed=seed,
+        )
 
 
 @dataclass(frozen=True)

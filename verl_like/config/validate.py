@@ -30,6 +30,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     _check_lengths(config)
     _check_synthetic_specs(config)
     _check_roles(config)
+    _check_reward_roles(config)
     _check_schedule(config)
     _check_cluster(config)
     config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
@@ -112,6 +113,16 @@ def _check_schedule(config: PPOConfig) -> None:
         raise ConfigError("trainer.log_val_generations > 0 needs data.val_files; set them or log_val_generations=0")
 
 
+def _check_reward_roles(config: PPOConfig) -> None:
+    rm, filters = config.reward_model, config.algorithm.filter_groups
+    if filters.enable and filters.metric == "acc" and rm.enable and rm.combine == "replace":
+        raise ConfigError(
+            "algorithm.filter_groups.metric='acc' compares the rule scorer's score, but reward_model.combine="
+            "'replace' never runs the rule scorers; set algorithm.filter_groups.metric=score or "
+            "reward_model.combine=add"
+        )
+
+
 def _check_cluster(config: PPOConfig) -> None:
     trainer = config.trainer
     joins_cluster = trainer.ray_address is not None or bool(os.environ.get("RAY_ADDRESS"))
@@ -160,9 +171,27 @@ def _check_paths(config: PPOConfig) -> None:
         raise ConfigError(f"custom_reward_function.path={reward_fn!r} does not exist; point it at a Python file")
     if config.reward_model.enable:
         _require_dir("reward_model.model.path", str(config.reward_model.model.path), "a local reward-model directory")
+        _check_reward_model_tokenizer(config)
     resume = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume:
         _require_dir("trainer.resume_from_path", resume, "a global_step_N checkpoint folder")
+
+
+def _check_reward_model_tokenizer(config: PPOConfig) -> None:
+    """The reward model scores the rollout's token ids, so it must have the policy's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from verl_like.workers.reward_model import check_same_tokenizer
+
+    model = config.actor_rollout_ref.model
+    tokenizer_dir = model.tokenizer_path or model.path
+    if is_builtin_model(tokenizer_dir):
+        from verl_like.models.tiny import build_tokenizer
+
+        policy_tokenizer = build_tokenizer()
+    else:
+        policy_tokenizer = AutoTokenizer.from_pretrained(str(Path(tokenizer_dir).expanduser()))
+    check_same_tokenizer(policy_tokenizer, str(Path(str(config.reward_model.model.path)).expanduser()))
 
 
 def _check_model_context(config: PPOConfig, check_paths: bool) -> None:

@@ -26,7 +26,13 @@ from pathlib import Path
 import torch
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    GenerationConfig,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen2ForSequenceClassification,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -166,11 +172,16 @@ def _model_config(spec: TinyModelSpec, tokenizer: PreTrainedTokenizerFast) -> Qw
     )
 
 
-def _is_built(out_dir: Path, spec: TinyModelSpec) -> bool:
+def _built_hash(spec: TinyModelSpec, classifier: bool) -> str:
+    # The causal LM keeps the plain spec hash (folders built before classifiers existed stay valid).
+    return spec.spec_hash() + ("-classifier" if classifier else "")
+
+
+def _is_built(out_dir: Path, spec: TinyModelSpec, classifier: bool = False) -> bool:
     spec_file = out_dir / _SPEC_FILE
     if not spec_file.is_file():
         return False
-    return json.loads(spec_file.read_text()).get("hash") == spec.spec_hash()
+    return json.loads(spec_file.read_text()).get("hash") == _built_hash(spec, classifier)
 
 
 def build_tiny_model(out_dir: str | os.PathLike, spec: TinyModelSpec = TinyModelSpec()) -> Path:
@@ -179,8 +190,20 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinyModelSpec = TinyModel
     Idempotent: returns at once when `out_dir` already holds a model built from the same spec. The folder is built
     beside `out_dir` and renamed into place, so concurrent builders never see a half-written model.
     """
+    return _build(out_dir, spec, classifier=False)
+
+
+def build_tiny_classifier(out_dir: str | os.PathLike, spec: TinyModelSpec = TinyModelSpec()) -> Path:
+    """Like `build_tiny_model`, but a `Qwen2ForSequenceClassification` with one output (a tiny reward model).
+
+    Same tokenizer as the tiny policy; the score head is random like every other weight (seeded by `spec.seed`).
+    """
+    return _build(out_dir, spec, classifier=True)
+
+
+def _build(out_dir: str | os.PathLike, spec: TinyModelSpec, classifier: bool) -> Path:
     out_dir = Path(out_dir)
-    if _is_built(out_dir, spec):
+    if _is_built(out_dir, spec, classifier):
         return out_dir
     if out_dir.exists() and any(out_dir.iterdir()):
         if not (out_dir / _SPEC_FILE).is_file():
@@ -193,7 +216,11 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinyModelSpec = TinyModel
     tokenizer = build_tokenizer()
     config = _model_config(spec, tokenizer)
     torch.manual_seed(spec.seed)
-    model = Qwen2ForCausalLM(config).to(getattr(torch, spec.torch_dtype))
+    if classifier:
+        config.num_labels = 1
+        model = Qwen2ForSequenceClassification(config).to(getattr(torch, spec.torch_dtype))
+    else:
+        model = Qwen2ForCausalLM(config).to(getattr(torch, spec.torch_dtype))
     generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -207,7 +234,7 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinyModelSpec = TinyModel
         generation_config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / _SPEC_FILE).write_text(
-            json.dumps({"hash": spec.spec_hash(), "spec": dataclasses.asdict(spec)}, indent=2)
+            json.dumps({"hash": _built_hash(spec, classifier), "spec": dataclasses.asdict(spec)}, indent=2)
         )
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -215,7 +242,7 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinyModelSpec = TinyModel
             os.rename(staging, out_dir)
         except OSError:
             # Another process renamed its (identical) build into place first.
-            if not _is_built(out_dir, spec):
+            if not _is_built(out_dir, spec, classifier):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

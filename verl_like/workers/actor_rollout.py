@@ -152,14 +152,7 @@ class ActorRolloutWorker(Worker):
         """Builds the FSDP actor (and reference), the rollout engine, and syncs the actor's weights into it."""
         self.actor = PPOActor(FSDPEngine(self.engine_config), self.actor_config, rollout_n=self.rollout_config.n)
         if self.ref_config is not None:
-            ref = self.ref_config
-            ref_engine = dataclasses.replace(
-                reference_engine_config(self.engine_config),
-                micro_batch_size_per_rank=ref.log_prob_micro_batch_size_per_gpu,
-                use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
-                max_tokens_per_rank=ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
-                param_offload=ref.fsdp_config.param_offload,
-            )
+            ref_engine = reference_engine_config(self.engine_config, self.ref_config)
             self.ref = ReferencePolicy(FSDPEngine(ref_engine))
             self.ref.engine.offload()
         if type(self).generate is ActorRolloutWorker.generate:

@@ -22,6 +22,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from verl_like.config.actor import ActorConfig, FSDPConfig, OptimConfig, PolicyLossOptions
+from verl_like.config.model import RefConfig
 from verl_like.engine.fsdp import FSDPEngine
 from verl_like.models.tiny import build_tiny_model
 from verl_like.protocol import DataProto
@@ -308,3 +309,20 @@ def test_reference_engine_config_drops_the_optimizer(model_dir):
     assert dataclasses.replace(reference, inference_only=False, optimizer_offload=True) == actor_engine
     with pytest.raises(ValueError, match=r"optimizer_offload=True but inference_only=True"):
         dataclasses.replace(actor_engine, inference_only=True)
+
+
+def test_reference_engine_config_applies_the_ref_node(model_dir):
+    actor_engine = _config().to_engine_config(model_dir)
+    ref = RefConfig(
+        log_prob_micro_batch_size_per_gpu=3, log_prob_use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=77,
+        fsdp_config=FSDPConfig(model_dtype="bf16", param_dtype="bf16", reduce_dtype="fp32", param_offload=True,
+                               reshard_after_forward=False),
+    )
+    reference = reference_engine_config(actor_engine, ref)
+    assert reference.inference_only and not reference.optimizer_offload
+    assert (reference.micro_batch_size_per_rank, reference.use_dynamic_bsz, reference.max_tokens_per_rank) == (3, True, 77)
+    assert (reference.dtype, reference.param_dtype, reference.reduce_dtype) == ("bfloat16", "bfloat16", "float32")
+    assert reference.param_offload and not reference.reshard_after_forward
+    assert reference.model_path == actor_engine.model_path and reference.lr == actor_engine.lr
+    row_based = reference_engine_config(actor_engine, RefConfig(log_prob_micro_batch_size_per_gpu=5))
+    assert (row_based.micro_batch_size_per_rank, row_based.use_dynamic_bsz, row_based.max_tokens_per_rank) == (5, False, None)
