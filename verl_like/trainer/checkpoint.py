@@ -7,6 +7,11 @@ Layout under `trainer.default_local_dir`:
     latest_checkpointed_iteration.txt   N, replaced atomically after global_step_N is complete
 
 A crash at any point leaves the previous complete checkpoint and its pointer untouched.
+
+Rotation: `max_to_keep` bounds whole step folders; `part_limits` bounds each part on its own
+(trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep): `global_step_N/<part>/` is removed from all but the
+newest `limit` step folders that hold it, and a step folder whose parts are all gone is removed with its
+trainer.pt. The newest checkpoint always keeps every part (limits are >= 1), so `resume_mode=auto` can resume.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -42,11 +47,24 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 class CheckpointManager:
-    """Writes and finds trainer checkpoints under `root`, keeping at most `max_to_keep` (None: all)."""
+    """Writes and finds trainer checkpoints under `root`.
 
-    def __init__(self, root: str | os.PathLike, max_to_keep: int | None = None) -> None:
+    max_to_keep: newest step folders kept (None: all). part_limits: per part folder ("actor", "critic"), the
+    newest step folders that keep it (None: all); see the module doc.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        max_to_keep: int | None = None,
+        part_limits: Mapping[str, int | None] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.max_to_keep = max_to_keep
+        self.part_limits = dict(part_limits or {})
+        for part, limit in self.part_limits.items():
+            if limit is not None and limit < 1:
+                raise ValueError(f"CheckpointManager: part_limits[{part!r}]={limit} must be >= 1 or None")
 
     def step_dir(self, step: int) -> Path:
         return self.root / f"global_step_{step}"
@@ -83,9 +101,26 @@ class CheckpointManager:
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         return torch.load(self.step_dir(step) / "trainer.pt", weights_only=False)
 
+    def steps(self) -> list[int]:
+        """Steps of the step folders under root, ascending."""
+        if not self.root.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _STEP_DIR.match(p.name)))
+
     def _prune(self) -> None:
-        if not self.max_to_keep:
-            return
-        steps = sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _STEP_DIR.match(p.name)))
-        for step in steps[: -self.max_to_keep]:
-            shutil.rmtree(self.step_dir(step), ignore_errors=True)
+        steps = self.steps()
+        if self.max_to_keep:
+            for step in steps[: -self.max_to_keep]:
+                shutil.rmtree(self.step_dir(step), ignore_errors=True)
+            steps = steps[-self.max_to_keep :]
+        touched: set[int] = set()
+        for part, limit in self.part_limits.items():
+            if limit is None:
+                continue
+            holding = [step for step in steps if (self.step_dir(step) / part).is_dir()]
+            for step in holding[:-limit]:
+                shutil.rmtree(self.step_dir(step) / part, ignore_errors=True)
+                touched.add(step)
+        for step in sorted(touched):
+            if not any((self.step_dir(step) / part).is_dir() for part in self.part_limits):
+                shutil.rmtree(self.step_dir(step), ignore_errors=True)

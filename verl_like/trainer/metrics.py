@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
+import numpy as np
 import torch
 
 from verl_like.protocol import DataProto
+from verl_like.utils.flops import TransformerShape, mfu, training_flops
 
 
 @contextmanager
@@ -63,3 +65,53 @@ def throughput_metrics(batch: DataProto, timings: dict[str, float], world_size: 
         metrics["perf/rollout_tokens_per_s"] = generated / timings["gen"]
     return metrics
 
+
+
+def mfu_metrics(
+    batch: DataProto,
+    timings: dict[str, float],
+    world_size: int,
+    peak_tflops: float | None,
+    actor: tuple[TransformerShape, int] | None,
+    critic: tuple[TransformerShape, int] | None,
+) -> dict[str, float]:
+    """perf/mfu/actor and perf/mfu/critic: model FLOPs of the update phases over their wall time (utils/flops.py).
+
+    actor / critic: (model shape, PPO epochs) of a role that updated this step, else None. The actor's head is
+    the LM head on the response tokens, the critic's a width-1 value head on every token. Nothing without a
+    peak (CPU without trainer.peak_tflops_per_device).
+    """
+    if peak_tflops is None:
+        return {}
+    lengths = batch.batch["attention_mask"].sum(dim=1)
+    metrics = {}
+    if actor is not None and timings.get("update_actor", 0.0) > 0:
+        shape, epochs = actor
+        response_tokens = int(batch.batch["response_mask"].sum())
+        flops = epochs * training_flops(shape, lengths, response_tokens, shape.vocab_size)
+        metrics["perf/mfu/actor"] = mfu(flops, timings["update_actor"], world_size, peak_tflops)
+    if critic is not None and timings.get("update_critic", 0.0) > 0:
+        shape, epochs = critic
+        flops = epochs * training_flops(shape, lengths, int(lengths.sum()), 1)
+        metrics["perf/mfu/critic"] = mfu(flops, timings["update_critic"], world_size, peak_tflops)
+    return metrics
+
+
+def mean_metrics(result: Any) -> dict[str, float]:
+    """Per-worker metric lists (from DataProto.concat or a list of dicts) averaged into scalars."""
+    if isinstance(result, DataProto):
+        raw = result.meta_info.get("metrics", {})
+    elif isinstance(result, (list, tuple)):
+        raw: dict[str, list] = {}
+        for item in result:
+            for k, v in (item or {}).items():
+                raw.setdefault(k, []).extend(v if isinstance(v, list) else [v])
+    else:
+        raw = dict(result or {})
+    out = {}
+    for key, value in raw.items():
+        values = value if isinstance(value, list) else [value]
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) or hasattr(v, "item")]
+        if numbers:
+            out[key] = float(np.mean(numbers))
+    return out

@@ -1,7 +1,9 @@
 """`PPOTrainer`: the single-controller RL loop (PPO, GRPO, RLOO, REINFORCE++, DAPO, ReMax).
 
-One step: rollout → reward → old and reference log-probs → values → advantages → critic and actor updates →
-weight sync into the rollout engine. The driver holds no model weights; it moves DataProto batches and metrics.
+One step: rollout → reward (rule scorers and/or the reward-model role, trainer/rewarding.py) → reorder for
+balanced data-parallel ranks (trainer.balance_batch) → old and reference log-probs → values → advantages →
+critic and actor updates → weight sync into the rollout engine. The driver holds no model weights; it moves
+DataProto batches and metrics.
 
 Departures from the published methods live in the algorithm functions (docs/algorithms.md); the loop itself
 follows verl's order of phases, with one difference: the weight sync runs right after the actor update (not at
@@ -29,10 +31,15 @@ from verl_like.algorithms import (
     filter_zero_variance_groups,
 )
 from verl_like.protocol import DataProto
+from verl_like.trainer.balance import balance_batch
 from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_state
-from verl_like.trainer.metrics import data_metrics, throughput_metrics, timed
+from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, throughput_metrics, timed
 from verl_like.trainer.progress import Progress
+from verl_like.trainer.rewarding import BatchScorer
 from verl_like.trainer.setup import TrainerComponents, build_components
+from verl_like.trainer.val_generations import ValGenerationLogger, ValSample, decode_samples
+from verl_like.utils.device import resolve_device
+from verl_like.utils.flops import resolve_peak_tflops
 from verl_like.utils.tracking import Tracking
 
 logger = logging.getLogger(__name__)
@@ -43,7 +50,9 @@ class PPOTrainer:
 
     `actor_rollout_worker` is the worker class holding actor, rollout and reference (a subclass of
     `ActorRolloutWorker` plugs in another rollout engine); `actor_rollout_kwargs` are extra constructor arguments
-    for it. `reward_fn(data_source, solution_str, ground_truth, extra_info) -> float` replaces the rule scorers.
+    for it. `critic_worker` / `reward_model_worker` replace CriticWorker / RewardModelWorker (the latter runs with
+    reward_model.enable). `reward_fn(data_source, solution_str, ground_truth, extra_info) -> float` replaces the
+    rule scorers.
     """
 
     def __init__(
@@ -53,18 +62,25 @@ class PPOTrainer:
         actor_rollout_kwargs: dict[str, Any] | None = None,
         critic_worker: type | None = None,
         reward_fn: Any = None,
+        reward_model_worker: type | None = None,
     ) -> None:
         self.config = config
         self._actor_rollout_worker = actor_rollout_worker
         self._actor_rollout_kwargs = dict(actor_rollout_kwargs or {})
         self._critic_worker = critic_worker
         self._reward_fn = reward_fn
+        self._reward_model_worker = reward_model_worker
+        self._scorer: BatchScorer | None = None
+        self.last_val_samples: list[ValSample] = []
         self.components: TrainerComponents | None = None
         self.global_step = 0
         algo = config.algorithm
         self.kl_ctrl = build_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
         self.run_dir = Path(config.trainer.default_local_dir)
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.trainer.max_actor_ckpt_to_keep)
+        self.checkpoints = CheckpointManager(
+            self.run_dir / "checkpoints",
+            part_limits={"actor": config.trainer.max_actor_ckpt_to_keep, "critic": config.trainer.max_critic_ckpt_to_keep},
+        )
         self.tracking: Tracking | None = None
 
     # ------------------------------------------------------------------ setup
@@ -76,6 +92,10 @@ class PPOTrainer:
             actor_rollout_kwargs=self._actor_rollout_kwargs,
             critic_worker=self._critic_worker,
             reward_fn=self._reward_fn,
+            reward_model_worker=self._reward_model_worker,
+        )
+        self._scorer = BatchScorer(
+            self.components.reward_manager, self.components.reward_model, self.config.reward_model.combine
         )
 
     @property
@@ -98,6 +118,13 @@ class PPOTrainer:
             if step is None:
                 logger.info("resume_mode=auto: no checkpoint under %s, starting fresh", manager.root)
                 return
+        parts = ["actor"] + (["critic"] if self._c.critic is not None else [])
+        missing = [part for part in parts if not (manager.step_dir(step) / part).is_dir()]
+        if missing:
+            raise FileNotFoundError(
+                f"checkpoint {manager.step_dir(step)} has no {missing} folder (rotated out by "
+                "trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep?); resume from a newer step"
+            )
         state = manager.load_trainer_state(step)
         self._c.actor_rollout.load_checkpoint(str(manager.step_dir(step) / "actor"))
         if self._c.critic is not None:
@@ -130,10 +157,23 @@ class PPOTrainer:
         with timed(timings, "gen"):
             return self._c.actor_rollout.generate_sequences(prompts)
 
+    @property
+    def _batch_scorer(self) -> BatchScorer:
+        if self._scorer is None:
+            raise RuntimeError("call PPOTrainer.init_workers() before fit()")
+        return self._scorer
+
     def _score(self, batch: DataProto, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
+        """Adds token_level_scores (rule and/or reward model, plus the overlong penalty), rm_scores with a reward
+        model, and "acc" (the rule score per sequence, which DAPO's filter may compare)."""
         with timed(timings, "reward"):
-            scores, reward_metrics = self._c.reward_manager.score(batch)
-        metrics.update(reward_metrics)
+            scored = self._batch_scorer.score(batch)
+        metrics.update(scored.metrics)
+        scores = scored.scores
+        if scored.rm_scores is not None:
+            batch.batch["rm_scores"] = scored.rm_scores
+        if scored.rule_scores is not None:
+            batch.batch["acc"] = scored.rule_scores.sum(-1)
         overlong = self.config.reward_model.overlong_buffer
         if overlong.enable:
             scores, penalty = apply_overlong_penalty(
@@ -159,8 +199,11 @@ class PPOTrainer:
         kept_groups = 0
         for attempt in range(1, filters.max_num_gen_batches + 1):
             batch = self._score(self._generate(self._c.train_loader.next_batch(), timings, attempt), timings, metrics)
-            seq_scores = batch.batch["token_level_scores"].sum(-1)
-            result = filter_zero_variance_groups(batch.non_tensor_batch["uid"], seq_scores)
+            if filters.metric == "acc":
+                values = batch.batch["acc"]
+            else:
+                values = batch.batch["token_level_scores"].sum(-1)
+            result = filter_zero_variance_groups(batch.non_tensor_batch["uid"], values)
             kept.append(batch[result.keep_mask.numpy()])
             kept_groups += result.num_kept_groups
             if kept_groups >= wanted:
@@ -215,8 +258,7 @@ class PPOTrainer:
         with timed(timings, "gen_greedy"):
             greedy = self._c.actor_rollout.generate_sequences(prompts)
         greedy.meta_info.pop("metrics", None)
-        scores, _ = self._c.reward_manager.score(greedy)
-        return scores.sum(-1).repeat_interleave(n)
+        return self._batch_scorer.score(greedy).scores.sum(-1).repeat_interleave(n)
 
     # ------------------------------------------------------------------ loop
     def train_step(self) -> dict[str, float]:
@@ -227,9 +269,12 @@ class PPOTrainer:
         c = self._c
         with timed(timings, "step"):
             batch = self._collect_rollouts(timings, metrics)
-            metrics.update(_mean_metrics(batch.meta_info.pop("metrics", {})))
+            metrics.update(mean_metrics(batch.meta_info.pop("metrics", {})))
             if cfg.algorithm.adv_estimator == "remax":
                 batch.batch["reward_baselines"] = self._remax_baselines(batch, timings, metrics)
+            if cfg.trainer.balance_batch:  # after ReMax, whose greedy pass reads the rollout's group order
+                batch, balance_metrics = balance_batch(batch, c.world_size)
+                metrics.update(balance_metrics)
             with timed(timings, "old_log_prob"):
                 batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
             if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
@@ -249,28 +294,47 @@ class PPOTrainer:
                 batch = self._compute_advantages(batch, metrics)
             if c.critic is not None:
                 with timed(timings, "update_critic"):
-                    metrics.update(_mean_metrics(c.critic.update_critic(batch)))
+                    metrics.update(mean_metrics(c.critic.update_critic(batch)))
             if self.global_step >= cfg.trainer.critic_warmup:
                 with timed(timings, "update_actor"):
-                    metrics.update(_mean_metrics(c.actor_rollout.update_actor(batch)))
+                    metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
                 with timed(timings, "sync_weights"):
-                    metrics.update(_mean_metrics(c.actor_rollout.sync_weights()))
+                    metrics.update(mean_metrics(c.actor_rollout.sync_weights()))
         metrics.update(data_metrics(batch, cfg.data.max_response_length))
         metrics.update(throughput_metrics(batch, timings, c.world_size))
+        metrics.update(self._mfu_metrics(batch, timings))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
         return metrics
 
+    def _mfu_metrics(self, batch: DataProto, timings: dict[str, float]) -> dict[str, float]:
+        c, cfg = self._c, self.config
+        peak = resolve_peak_tflops(cfg.trainer.peak_tflops_per_device, resolve_device(cfg.trainer.device))
+        actor = (c.actor_shape, cfg.actor_rollout_ref.actor.ppo_epochs) if c.actor_shape is not None else None
+        critic = (c.critic_shape, cfg.critic.ppo_epochs) if c.critic_shape is not None else None
+        return mfu_metrics(batch, timings, c.world_size, peak, actor, critic)
+
     def validate(self) -> dict[str, float]:
-        """Mean score of the validation set with the validation sampling settings, per data source."""
+        """Mean score of the validation set with the validation sampling settings, per data source.
+
+        The score is the training score without the overlong penalty (rule and/or reward model, as
+        reward_model.combine says). The first trainer.log_val_generations samples are kept in
+        `self.last_val_samples` for the generation log.
+        """
         c = self._c
+        wanted = self.config.trainer.log_val_generations
         scores, sources = [], []
+        self.last_val_samples = []
         for prompts in c.val_batches():
             prompts.meta_info["validate"] = True
             out = c.actor_rollout.generate_sequences(prompts)
-            token_scores, _ = c.reward_manager.score(out)
-            scores.append(token_scores.sum(-1))
+            sequence_scores = self._batch_scorer.score(out).scores.sum(-1)
+            scores.append(sequence_scores)
             sources.extend(out.non_tensor_batch["data_source"].tolist())
+            if len(self.last_val_samples) < wanted:
+                self.last_val_samples += decode_samples(
+                    out, sequence_scores, c.tokenizer, wanted - len(self.last_val_samples)
+                )
         if not scores:
             return {}
         all_scores = torch.cat(scores).double()
@@ -287,6 +351,7 @@ class PPOTrainer:
             self.init_workers()
         self._resume()
         self.tracking = Tracking(cfg.logger, self.run_dir, cfg.project_name, cfg.experiment_name, self.config_dict())
+        generations = ValGenerationLogger(cfg.logger, self.run_dir) if cfg.log_val_generations else None
         total = self._c.total_training_steps
         progress = Progress(total=total, start=self.global_step)
         last: dict[str, float] = {}
@@ -294,12 +359,16 @@ class PPOTrainer:
             if cfg.val_before_train and self.global_step == 0:
                 last = self.validate()
                 self.tracking.log(last, step=0)
+                if generations is not None:
+                    generations.log(self.last_val_samples, step=0)
                 progress.note(last)
             while self.global_step < total:
                 metrics = self.train_step()
                 self.global_step += 1
                 if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or self.global_step == total):
                     metrics.update(self.validate())
+                    if generations is not None:
+                        generations.log(self.last_val_samples, step=self.global_step)
                 if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
                     self._save_checkpoint()
                 self.tracking.log(metrics, step=self.global_step)
@@ -308,6 +377,8 @@ class PPOTrainer:
         finally:
             progress.close()
             self.tracking.close()
+            if generations is not None:
+                generations.close()
         return last
 
     def config_dict(self) -> dict[str, Any]:
@@ -323,25 +394,5 @@ class PPOTrainer:
 
 def _merge(batch: DataProto, result: DataProto, metrics: dict[str, float]) -> DataProto:
     """batch ∪ result, with the result's per-worker metrics averaged into `metrics` instead of meta_info."""
-    metrics.update(_mean_metrics(result.meta_info.pop("metrics", {})))
+    metrics.update(mean_metrics(result.meta_info.pop("metrics", {})))
     return batch.union(result)
-
-
-def _mean_metrics(result: Any) -> dict[str, float]:
-    """Per-worker metric lists (from DataProto.concat or a list of dicts) averaged into scalars."""
-    if isinstance(result, DataProto):
-        raw = result.meta_info.get("metrics", {})
-    elif isinstance(result, (list, tuple)):
-        raw: dict[str, list] = {}
-        for item in result:
-            for k, v in (item or {}).items():
-                raw.setdefault(k, []).extend(v if isinstance(v, list) else [v])
-    else:
-        raw = dict(result or {})
-    out = {}
-    for key, value in raw.items():
-        values = value if isinstance(value, list) else [value]
-        numbers = [float(v) for v in values if isinstance(v, (int, float)) or hasattr(v, "item")]
-        if numbers:
-            out[key] = float(np.mean(numbers))
-    return out

@@ -13,6 +13,7 @@ from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.utils.device import resolve_device
+from verl_like.utils.flops import TransformerShape
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +41,24 @@ def resolve_model_path(config: PPOConfig) -> str:
     return str(build_warmstart_model(cache_dir() / "models", spec))
 
 
+def model_shape(model_path: str) -> TransformerShape | None:
+    """The FLOP-count shape of the HF model at `model_path`, or None when its config lacks a decoder's sizes."""
+    from transformers import AutoConfig
+
+    try:
+        return TransformerShape.from_hf_config(AutoConfig.from_pretrained(model_path))
+    except (AttributeError, TypeError, ValueError) as err:
+        logger.info("no FLOP count (hence no MFU) for %s: %s", model_path, err)
+        return None
+
+
 @dataclass
 class TrainerComponents:
-    """Handles the loop uses; `shutdown()` releases the workers, pools and scoring processes."""
+    """Handles the loop uses; `shutdown()` releases the workers, pools and scoring processes.
+
+    reward_model: the reward-model role (reward_model.enable), else None. tokenizer: the policy's.
+    actor_shape / critic_shape: model sizes for the MFU estimate (None: not a decoder we can count, or no critic).
+    """
 
     actor_rollout: RoleHandle
     critic: RoleHandle | None
@@ -52,6 +68,10 @@ class TrainerComponents:
     needs_reference: bool
     world_size: int
     total_training_steps: int
+    reward_model: RoleHandle | None = None
+    tokenizer: Any = None
+    actor_shape: TransformerShape | None = None
+    critic_shape: TransformerShape | None = None
     groups: list[WorkerGroup] = field(default_factory=list)
     pools: list[ResourcePool] = field(default_factory=list)
 
@@ -81,8 +101,13 @@ def build_components(
     actor_rollout_kwargs: dict[str, Any] | None = None,
     critic_worker: type | None = None,
     reward_fn: Callable[..., Any] | None = None,
+    reward_model_worker: type | None = None,
 ) -> TrainerComponents:
-    """Everything `PPOTrainer` needs, in the order that fails fastest: files and data first, then Ray actors."""
+    """Everything `PPOTrainer` needs, in the order that fails fastest: files and data first, then Ray actors.
+
+    The *_worker classes replace the default role classes (subclasses of ActorRolloutWorker, CriticWorker,
+    RewardModelWorker); the reward-model role runs only with reward_model.enable.
+    """
     from transformers import AutoTokenizer
 
     from verl_like.data.dataset import RLDataset
@@ -92,10 +117,13 @@ def build_components(
     from verl_like.rewards.manager import RewardManager
     from verl_like.workers.actor_rollout import ActorRolloutWorker
     from verl_like.workers.critic import CriticWorker
+    from verl_like.workers.reward_model import RewardModelWorker, check_same_tokenizer
 
     derived = config.derived
     model_path = resolve_model_path(config)
     tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.tokenizer_path or model_path)
+    if derived.use_reward_model:
+        check_same_tokenizer(tokenizer, config.reward_model.model.path)  # before any worker starts
     data_dir = cache_dir() / "data"
     train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data)
     val_files = config.data.val_files
@@ -139,8 +167,8 @@ def build_components(
             },
         )
     }
+    critic_path = config.critic.model.path or model_path
     if derived.use_critic:
-        critic_path = config.critic.model.path or model_path
         roles["critic"] = RoleSpec(
             critic_worker or CriticWorker,
             kwargs={
@@ -149,6 +177,11 @@ def build_components(
                 "rollout_n": config.actor_rollout_ref.rollout.n,
                 "total_training_steps": total_steps,
             },
+        )
+    if derived.use_reward_model:
+        roles["reward_model"] = RoleSpec(
+            reward_model_worker or RewardModelWorker,
+            kwargs={"config": config.reward_model, "seed": config.data.seed},
         )
     # Every role of a rank lives in one process (the hybrid engine): they share the device and its memory.
     group = WorkerGroup(
@@ -160,9 +193,11 @@ def build_components(
     )
     actor_rollout = group.role("actor_rollout")
     critic = group.role("critic") if derived.use_critic else None
+    reward_model = group.role("reward_model") if derived.use_reward_model else None
     actor_rollout.init_model()
-    if critic is not None:
-        critic.init_model()
+    for role in (critic, reward_model):
+        if role is not None:
+            role.init_model()
     return TrainerComponents(
         actor_rollout=actor_rollout,
         critic=critic,
@@ -172,6 +207,10 @@ def build_components(
         needs_reference=derived.use_reference_policy,
         world_size=derived.world_size,
         total_training_steps=total_steps,
+        reward_model=reward_model,
+        tokenizer=tokenizer,
+        actor_shape=model_shape(model_path),
+        critic_shape=model_shape(critic_path) if derived.use_critic else None,
         groups=[group],
         pools=[pool],
     )

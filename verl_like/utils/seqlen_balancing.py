@@ -2,8 +2,9 @@
 
 Pure index logic on integer weights (a sequence's weight is its number of valid tokens); no torch, no collectives.
 The engine uses `min_parts_within_budget` to find how many micro-batches a rank needs, agrees on the maximum over
-ranks, then asks `partition_within_budget` for exactly that many. The driver can use `balanced_partition(...,
-equal_size=True)` to deal rows to data-parallel ranks so that each gets the same number of rows and similar work.
+ranks, then asks `partition_within_budget` for exactly that many. The driver reorders each batch by
+`balanced_order` (trainer.balance_batch) so that the data-parallel ranks get the same number of rows and similar
+work.
 """
 
 from __future__ import annotations
@@ -119,3 +120,13 @@ def partition_within_budget(weights: Sequence[int], budget: int, num_parts: int)
         )
     # Greedy with more groups can in principle do worse than with fewer; splitting a fitting partition never does.
     return split_to_count(balanced_partition(weights, fewest), weights, num_parts)
+
+
+def balanced_order(weights: Sequence[int], num_parts: int) -> list[int]:
+    """A permutation of range(len(weights)) whose `num_parts` consecutive equal slices have balanced sums.
+
+    The driver reorders a batch with it before a data-parallel dispatch that cuts the batch into `num_parts`
+    consecutive chunks: each rank then gets the same number of rows and about the same number of tokens
+    (`balanced_partition(..., equal_size=True)`; the item count must be a multiple of num_parts).
+    """
+    return [index for group in balanced_partition(weights, num_parts, equal_size=True) for index in group]

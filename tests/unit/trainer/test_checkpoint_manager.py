@@ -42,3 +42,45 @@ def test_rng_state_round_trip():
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     set_rng_state(state)
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def _commit_with_parts(manager, step, parts):
+    staging = manager.begin(step)
+    for part in parts:
+        (staging / part).mkdir()
+        (staging / part / "weights").write_text(f"{part} {step}")
+    manager.commit(step, staging, {"step": step})
+
+
+def _layout(root):
+    return {p.name: sorted(c.name for c in p.iterdir()) for p in sorted(root.glob("global_step_*"))}
+
+
+def test_actor_and_critic_rotate_on_their_own(tmp_path):
+    """max_actor_ckpt_to_keep=3, max_critic_ckpt_to_keep=1: older steps keep the actor only."""
+    root = tmp_path
+    manager = CheckpointManager(root, part_limits={"actor": 3, "critic": 1})
+    for step in (1, 2, 3, 4):
+        _commit_with_parts(manager, step, ["actor", "critic"])
+    assert _layout(root) == {
+        "global_step_2": ["actor", "trainer.pt"],
+        "global_step_3": ["actor", "trainer.pt"],
+        "global_step_4": ["actor", "critic", "trainer.pt"],
+    }
+    assert manager.latest_step() == 4
+
+
+def test_a_step_without_parts_left_is_removed_and_unlimited_parts_stay(tmp_path):
+    manager = CheckpointManager(tmp_path, part_limits={"actor": 1, "critic": None})
+    for step in (1, 2):
+        _commit_with_parts(manager, step, ["actor"])
+    assert _layout(tmp_path) == {"global_step_2": ["actor", "trainer.pt"]}
+    manager = CheckpointManager(tmp_path / "b", part_limits={"actor": 1, "critic": None})
+    for step in (1, 2):
+        _commit_with_parts(manager, step, ["actor", "critic"])
+    assert _layout(tmp_path / "b") == {
+        "global_step_1": ["critic", "trainer.pt"],
+        "global_step_2": ["actor", "critic", "trainer.pt"],
+    }
+    with pytest.raises(ValueError, match=r"part_limits\['critic'\]=0 must be >= 1"):
+        CheckpointManager(tmp_path, part_limits={"critic": 0})

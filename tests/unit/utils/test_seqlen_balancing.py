@@ -152,3 +152,19 @@ def test_partition_within_budget_falls_back_to_splitting_when_greedy_overflows(m
     assert len(groups) == 3
     _assert_is_partition(groups, 4)
     assert max(_sums(groups, weights)) <= 10
+
+
+def test_balanced_order_is_a_permutation_with_equal_balanced_slices():
+    rng = random.Random(7)
+    weights = [rng.randint(1, 100) for _ in range(24)]
+    order = seqlen_balancing.balanced_order(weights, 4)
+    assert sorted(order) == list(range(24))
+    slices = [order[i * 6 : (i + 1) * 6] for i in range(4)]
+    sums = [sum(weights[i] for i in part) for part in slices]
+    # Equal-size LPT: within the largest weight of the mean, far better than the sorted (worst) order.
+    assert max(sums) - min(sums) <= max(weights)
+    worst = sorted(weights)
+    worst_sums = [sum(worst[i * 6 : (i + 1) * 6]) for i in range(4)]
+    assert max(sums) < max(worst_sums)
+    with pytest.raises(ValueError, match="multiple of num_parts"):
+        seqlen_balancing.balanced_order(weights[:23], 4)
