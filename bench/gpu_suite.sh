@@ -8,6 +8,7 @@
 #   bash bench/gpu_suite.sh tests      # tests/gpu (TP=1 and TP=2, main_ppo on 1 and 2 GPUs); 7B sync at TP=2
 #   bash bench/gpu_suite.sh steps      # whole GRPO steps: 0.5B then 1.5B on GPU 0, 7B (offloaded) on GPU 1
 #   bash bench/gpu_suite.sh steps_tp2  # whole GRPO steps: 0.5B with rollout TP=2 on both GPUs
+#   bash bench/gpu_suite.sh rerun      # one call: varlen update, 0.5B + 1.5B steps, tests/gpu, 7B sync
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -60,8 +61,21 @@ steps_tp2)
   run step_0.5b_tp2 300 0,1 python bench/step_throughput.py --model qwen2.5-0.5b --gpus 2 --tp 2 --prompts 256 \
     --workdir "$WORK"
   ;;
+rerun)  # what the first pass's fixes unblocked, in one call: varlen update, 0.5B/1.5B steps, tests, 7B sync
+  {
+    run update_varlen 120 0 python bench/update_throughput.py --attn varlen --steps 3 --warmup-steps 1 --workdir "$WORK"
+    run step_0.5b 260 0 python bench/step_throughput.py --model qwen2.5-0.5b --workdir "$WORK"
+  } &
+  {
+    run gpu_tests_1gpu 170 1 python -m pytest tests/gpu -v -s -rs -p no:cacheprovider -k "tp1 or 1gpu"
+    run sync_7b 100 1 python bench/weight_sync.py --model qwen2.5-7b --repeats 3 --workdir "$WORK"
+    run step_1.5b 200 1 python bench/step_throughput.py --model qwen2.5-1.5b --steps 2 --workdir "$WORK"
+  } &
+  wait
+  run gpu_tests_2gpu 170 0,1 python -m pytest tests/gpu -v -s -rs -p no:cacheprovider -k "tp2"
+  ;;
 *)
-  echo "usage: bash bench/gpu_suite.sh micro|tests|steps|steps_tp2" >&2
+  echo "usage: bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun" >&2
   exit 2
   ;;
 esac

@@ -63,10 +63,11 @@ def build_model(name: str, out_dir: Path, device: str) -> Path:
 
     from verl_like.models.tiny import build_tokenizer
 
-    if (out_dir / "config.json").exists():
+    tokenizer = build_tokenizer()  # byte-level, one token per character; ids past its vocabulary decode to ""
+    if (out_dir / "config.json").exists():  # built by another bench (maybe without a tokenizer)
+        tokenizer.save_pretrained(out_dir)
         return out_dir
     shape = dict(zip(FIELDS, SHAPES[name]))
-    tokenizer = build_tokenizer()  # byte-level, one token per character; ids past its vocabulary decode to ""
     config = Qwen2Config(**shape, max_position_embeddings=32768, bos_token_id=tokenizer.eos_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, dtype="bfloat16")
     torch.manual_seed(0)

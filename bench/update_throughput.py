@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("--max-tokens-per-rank", type=int, default=16384)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup-steps", type=int, default=2)
-    parser.add_argument("--attn", default=None, choices=["flash_attention_2", "flex_attention", "sdpa", "eager"])
+    parser.add_argument("--attn", default=None, choices=["flash_attention_2", "varlen", "flex_attention", "sdpa", "eager"])
     parser.add_argument("--padded", action="store_true", help="padded rows instead of packed sequences")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")

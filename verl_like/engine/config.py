@@ -8,7 +8,7 @@ import torch
 
 MODEL_KINDS = ("causal_lm", "value", "sequence_classifier")
 LR_SCHEDULERS = ("constant", "cosine")
-ATTN_IMPLEMENTATIONS = ("flash_attention_2", "flex_attention", "sdpa", "eager")
+ATTN_IMPLEMENTATIONS = ("flash_attention_2", "varlen", "flex_attention", "sdpa", "eager")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -31,7 +31,8 @@ class EngineConfig:
       param_dtype / reduce_dtype: FSDP mixed precision: parameters are all-gathered and computed in `param_dtype`,
         gradients reduced in `reduce_dtype`; None keeps `dtype`. Typical on GPU: dtype "float32", param_dtype
         "bfloat16", reduce_dtype "float32" (also works on CPU with gloo).
-      attn_implementation: None picks "flash_attention_2" when the flash_attn package imports, else "sdpa".
+      attn_implementation: None picks "flash_attention_2" when the flash_attn package imports, else "varlen" for
+        packed sequences on CUDA (torch's own varlen FlashAttention, engine/varlen_attention.py), else "sdpa".
       gradient_checkpointing: recompute each decoder layer's activations in the backward pass.
 
     Optimizer (AdamW over all parameters)
@@ -100,6 +101,11 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.attn_implementation={self.attn_implementation!r} is not one of "
                 f"{ATTN_IMPLEMENTATIONS} (or None to choose by what is installed)"
+            )
+        if self.attn_implementation == "varlen" and not self.use_remove_padding:
+            raise ValueError(
+                "EngineConfig.attn_implementation='varlen' runs packed sequences only; set use_remove_padding=True "
+                "or pick another attn_implementation"
             )
         if self.lr < 0:
             raise ValueError(f"EngineConfig.lr={self.lr} must be >= 0")

@@ -15,6 +15,7 @@ from transformers import (
     PreTrainedModel,
 )
 
+from verl_like.engine import varlen_attention
 from verl_like.engine.config import EngineConfig, torch_dtype
 
 logger = logging.getLogger(__name__)
@@ -23,11 +24,19 @@ logger = logging.getLogger(__name__)
 _DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "classifier_dropout", "embd_pdrop", "resid_pdrop")
 
 
-def pick_attn_implementation(requested: str | None) -> str:
-    """`requested`, or flash_attention_2 when the flash_attn package is importable, else sdpa."""
+def pick_attn_implementation(requested: str | None, packed: bool = False) -> str:
+    """`requested`; else flash_attention_2 when the flash_attn package is importable; else, for packed sequences
+    on CUDA with torch's varlen FlashAttention, "varlen"; else sdpa (which packs through a dense mask)."""
     if requested is not None:
         return requested
-    return "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+    if importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "varlen" if packed and varlen_attention.torch_varlen_available() else "sdpa"
+
+
+def transformers_attn_implementation(name: str) -> str:
+    """The name transformers knows `name` by ("varlen" is ours, registered on first use)."""
+    return varlen_attention.register() if name == "varlen" else name
 
 
 def decoder_layer_classes(model: PreTrainedModel) -> tuple[type, ...]:
@@ -59,7 +68,9 @@ def load_model(config: EngineConfig) -> PreTrainedModel:
     kwargs = {
         "config": hf_config,
         "dtype": torch_dtype(config.dtype),
-        "attn_implementation": pick_attn_implementation(config.attn_implementation),
+        "attn_implementation": transformers_attn_implementation(
+            pick_attn_implementation(config.attn_implementation, packed=config.use_remove_padding)
+        ),
     }
     # Heads missing from the checkpoint (value / score) are initialised from torch's RNG: the same seed on
     # every rank gives the same head, which FSDP then shards.

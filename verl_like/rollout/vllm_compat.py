@@ -3,7 +3,8 @@
 What differs, and how each function below absorbs it:
 - tokenizer loader: `vllm.tokenizers.get_tokenizer` (0.32) vs `vllm.transformers_utils.tokenizer.get_tokenizer` (0.25).
 - `LLM.sleep(level, mode=...)`: 0.32 added `mode`; we pass only `level`, which both accept.
-- `LLM.wake_up(tags)` returns whether the engine is fully awake in 0.32; releases without that return None.
+- `LLM.wake_up(tags)` returns whether the engine is fully awake in 0.32 and None before; VLLMRolloutEngine tracks
+  the woken parts itself instead of reading it.
 - weight updates: vLLM's CPU linear layers repack their weights after loading and leave the original parameters
   empty, so on CPU new HF-named weights must go through the layerwise-reload lifecycle
   (`vllm.model_executor.model_loader.reload`, present in the CPU release we use); on CUDA the model's own
@@ -80,17 +81,6 @@ def load_full_weights(llm: Any, named_tensors: Iterable[tuple[str, torch.Tensor]
     """
     layerwise = on_cpu_platform()
     return llm.collective_rpc(_load_full_weights, args=(named_tensors, layerwise))[0]
-
-
-def wake_up(llm: Any, tags: list[str] | None) -> bool:
-    """`LLM.wake_up(tags)`; True once weights and KV cache are both back.
-
-    0.32 reports this itself; older releases return None, so it is inferred from `tags`.
-    """
-    awake = llm.wake_up(tags)
-    if awake is None:
-        awake = tags is None or {"weights", "kv_cache"} <= set(tags)
-    return bool(awake)
 
 
 def tensor_parallel_rank() -> int:

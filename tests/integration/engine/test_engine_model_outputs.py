@@ -26,7 +26,8 @@ def models(tiny_model_dir):
 
     def get(kind: str, attn: str | None = None):
         if (kind, attn) not in cache:
-            config = EngineConfig(model_path=tiny_model_dir, model_kind=kind, attn_implementation=attn)
+            config = EngineConfig(model_path=tiny_model_dir, model_kind=kind, attn_implementation=attn,
+                                  use_remove_padding=attn == "varlen")
             cache[(kind, attn)] = load_model(config)
         return cache[(kind, attn)]
 
@@ -49,6 +50,27 @@ def test_packed_and_padded_match_the_float64_reference(models, tensors, kind, at
     for key in OUTPUT_KEYS[kind]:
         torch.testing.assert_close(padded[key], reference[key].float(), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(packed[key], padded[key], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["causal_lm", "value"])
+def test_varlen_attention_on_packed_rows_matches_the_float64_reference(models, tensors, kind):
+    """attn_implementation="varlen" (torch's varlen FlashAttention on CUDA; one sdpa call per sequence here)."""
+    model = models(kind, "varlen")
+    assert model.config._attn_implementation == "verl_like_varlen"
+    with torch.no_grad():
+        reference = reference_outputs(model.double(), kind, dict(tensors.items()), TEMPERATURE)
+        model.float()
+        packed = micro_batch_outputs(model, kind, tensors, packed=True, temperature=TEMPERATURE,
+                                     calculate_entropy=True)
+        for key in OUTPUT_KEYS[kind]:
+            torch.testing.assert_close(packed[key], reference[key].float(), atol=1e-5, rtol=1e-5)
+        with pytest.raises(ValueError, match="varlen' takes packed rows only"):
+            micro_batch_outputs(model, kind, tensors, packed=False, temperature=TEMPERATURE)
+
+
+def test_varlen_attention_needs_packed_sequences():
+    with pytest.raises(ValueError, match="use_remove_padding=True"):
+        EngineConfig(model_path="x", attn_implementation="varlen", use_remove_padding=False)
 
 
 def test_log_probs_are_zero_outside_the_response_mask_and_finite_everywhere(models, tensors):
@@ -115,6 +137,7 @@ def test_attention_defaults_to_sdpa_without_flash_attn():
     assert pick_attn_implementation("eager") == "eager"
     expected = "flash_attention_2" if _has_flash_attn() else "sdpa"
     assert pick_attn_implementation(None) == expected
+    assert pick_attn_implementation(None, packed=True) == expected  # no CUDA here: no varlen kernel
 
 
 def _has_flash_attn() -> bool:
