@@ -18,14 +18,18 @@ class RayInitConfig:
     num_cpus / num_gpus: logical resources of the local cluster; null lets Ray count the machine's.
     object_store_memory_mb: size of Ray's shared-memory object store; null lets Ray choose (30% of RAM).
     include_dashboard: start Ray's web dashboard.
+    dashboard_host: the interface the dashboard listens on; 127.0.0.1 keeps it (and the job API) off the network.
     """
 
     num_cpus: int | None = None
     num_gpus: int | None = None
     object_store_memory_mb: int | None = 512
     include_dashboard: bool = False
+    dashboard_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
+        if not self.dashboard_host:
+            raise ConfigError("trainer.ray_init.dashboard_host is empty; use 127.0.0.1 (loopback) or an interface's IP")
         for key in ("num_cpus", "num_gpus", "object_store_memory_mb"):
             value = getattr(self, key)
             if value is not None and value < (1 if key != "num_gpus" else 0):
@@ -65,8 +69,10 @@ class TrainerConfig:
         one per GPU (device cuda) or per worker (device cpu).
       device: "cuda", "cpu" or "auto" (cuda when available; decided in verl_like/utils/device.py).
       cpus_per_worker: logical CPUs each worker reserves in Ray.
-      ray_address: join this Ray cluster ("auto" for the local node's running cluster); null starts a local one
-        unless $RAY_ADDRESS is set. ray_init: RayInitConfig. timeouts: TimeoutsConfig.
+      ray_address: join this Ray cluster ("auto": the running one on this node; "host:port": its GCS address);
+        "local" always starts a new local cluster; null joins $RAY_ADDRESS (set inside `ray job submit`) or a
+        cluster `ray start` left on this node, else starts a local one. ray_init: RayInitConfig.
+        timeouts: TimeoutsConfig.
     Length
       total_epochs: passes over the training prompts. total_training_steps: stop after this many steps (null:
         total_epochs * steps per epoch).

@@ -125,7 +125,7 @@ def _check_reward_roles(config: PPOConfig) -> None:
 
 def _check_cluster(config: PPOConfig) -> None:
     trainer = config.trainer
-    joins_cluster = trainer.ray_address is not None or bool(os.environ.get("RAY_ADDRESS"))
+    joins_cluster = trainer.ray_address not in (None, "local") or bool(os.environ.get("RAY_ADDRESS"))
     if trainer.nnodes > 1 and not joins_cluster:
         raise ConfigError(
             f"trainer.nnodes={trainer.nnodes} needs a running multi-node Ray cluster; set trainer.ray_address=auto "

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
+from verl_like.single_controller.cluster import describe_nodes, format_resources, node_order_key
 from verl_like.single_controller.errors import ResourceUnavailableError
 from verl_like.utils.device import ray_resource_name
 
@@ -67,19 +68,20 @@ class ResourcePool:
         try:
             ray.get([pg.ready() for pg in groups], timeout=ready_timeout_s)
         except ray.exceptions.GetTimeoutError:
+            message = _placement_failure(name, process_on_nodes, bundle, groups, ready_timeout_s)
             for pg in groups:
                 remove_placement_group(pg)
-            raise ResourceUnavailableError(
-                f"resource pool {name!r} needs {len(process_on_nodes)} node(s) with {process_on_nodes} bundles of "
-                f"{bundle} each, but the cluster could not place them within {ready_timeout_s:g} s. "
-                f"Cluster total: {_fmt(ray.cluster_resources())}; available now: {_fmt(ray.available_resources())}. "
-                "Lower trainer.nnodes / trainer.n_gpus_per_node (or the CPUs per worker), or add nodes."
-            ) from None
-        groups = _sort_by_node(groups)
+            raise ResourceUnavailableError(message) from None
+        order, node_ips = _node_order(groups)
+        logger.info(
+            "resource pool %r: %s",
+            name,
+            ", ".join(f"node rank {r} on {node_ips[i]} ({process_on_nodes[i]} bundles)" for r, i in enumerate(order)),
+        )
         slots = [
-            BundleSlot(pg, index, node_rank, index)
-            for node_rank, (pg, n) in enumerate(zip(groups, process_on_nodes))
-            for index in range(n)
+            BundleSlot(groups[i], index, node_rank, index)
+            for node_rank, i in enumerate(order)
+            for index in range(process_on_nodes[i])
         ]
         return cls(slots, device, cpus_per_process, name)
 
@@ -124,20 +126,31 @@ class ResourcePool:
                 remove_placement_group(slot.placement_group)
 
 
-def _sort_by_node(groups: list[PlacementGroup]) -> list[PlacementGroup]:
-    """Orders placement groups by the IP of the node holding them, so rank order survives restarts."""
+def _node_order(groups: list[PlacementGroup]) -> tuple[list[int], list[str]]:
+    """The groups' indices ordered by the node holding them (IP, then node id), and each group's node IP.
+
+    Ordering by IP keeps rank order across restarts. Groups on one node keep their creation order (stable sort).
+    """
     node_ip = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
     table = ray.util.placement_group_table()
-
-    def key(pg: PlacementGroup) -> tuple[str, str]:
-        node_id = table[pg.id.hex()]["bundles_to_node_id"].get(0, "")
-        return (node_ip.get(node_id, ""), node_id)
-
-    # Stable sort: groups on the same node keep their creation order.
-    return sorted(groups, key=key)
+    node_of = [table[pg.id.hex()]["bundles_to_node_id"].get(0, "") for pg in groups]
+    ips = [node_ip.get(node_id, "?") for node_id in node_of]
+    order = sorted(range(len(groups)), key=lambda i: node_order_key(ips[i], node_of[i]))
+    return order, ips
 
 
-def _fmt(resources: dict) -> str:
-    """CPU, GPU and custom resources (not memory, object store or per-node markers), e.g. 'CPU=4, GPU=8'."""
-    skip = ("memory", "object_store_memory")
-    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items()) if k not in skip and not k.startswith("node:"))
+def _placement_failure(
+    name: str, process_on_nodes: list[int], bundle: dict[str, float], groups: list[PlacementGroup], timeout_s: float
+) -> str:
+    """Says what the pool needs, how much of it was placed, and what each node of the cluster has."""
+    table = ray.util.placement_group_table()
+    placed = sum(1 for pg in groups if table.get(pg.id.hex(), {}).get("state") == "CREATED")
+    per_node = sorted({format_resources({k: v * n for k, v in bundle.items()}) for n in process_on_nodes})
+    return (
+        f"resource pool {name!r} needs {len(process_on_nodes)} node(s) with {process_on_nodes} bundles of {bundle} "
+        f"each (a node group needs {' or '.join(per_node)} on one node), but only {placed} of {len(groups)} node "
+        f"groups could be placed within {timeout_s:g} s. Cluster total: {format_resources(ray.cluster_resources())}; "
+        f"available now: {format_resources(ray.available_resources())}; {describe_nodes()}. Lower trainer.nnodes / "
+        "trainer.n_gpus_per_node / trainer.cpus_per_worker, add nodes, or raise "
+        "trainer.timeouts.worker_start_timeout_s if nodes are still joining."
+    )

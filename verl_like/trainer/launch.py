@@ -7,6 +7,7 @@ from typing import Any
 
 from verl_like.config.ppo import PPOConfig
 from verl_like.single_controller import init_ray
+from verl_like.single_controller.cluster import job_scratch_path
 from verl_like.trainer.ppo_trainer import PPOTrainer
 from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
@@ -25,8 +26,19 @@ def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
         num_gpus=ray_init.num_gpus,
         object_store_memory_mb=ray_init.object_store_memory_mb,
         include_dashboard=ray_init.include_dashboard,
+        dashboard_host=ray_init.dashboard_host,
         env_vars=env,
     )
+    scratch = job_scratch_path(trainer_cfg.default_local_dir)
+    if scratch is not None:
+        logger.warning(
+            "trainer.default_local_dir=%s is relative: in this Ray job it is %s, inside the job's copy of the "
+            "uploaded working dir (a new copy for every changed upload, removed when Ray cleans its cache), so a "
+            "later job will not resume from it. Set an absolute path on storage every node mounts at the same "
+            "place (every rank writes its own checkpoint shard).",
+            trainer_cfg.default_local_dir,
+            scratch,
+        )
     trainer = PPOTrainer(config, **trainer_kwargs)
     try:
         trainer.init_workers()
