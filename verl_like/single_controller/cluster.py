@@ -58,7 +58,7 @@ def init_ray(
         "starting a local Ray cluster (num_cpus=%s, num_gpus=%s, dashboard=%s)",
         num_cpus,
         num_gpus,
-        f"{dashboard_host}" if include_dashboard else "off",
+        dashboard_host if include_dashboard else "off",
     )
     ray.init(
         address="local",
