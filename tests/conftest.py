@@ -14,7 +14,7 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     from verl_like.single_controller import init_ray, shutdown_all_groups
 
-    init_ray(num_cpus=4, object_store_memory_mb=512)
+    init_ray(address="local", num_cpus=4, object_store_memory_mb=512)  # never a `ray start` cluster left here
     yield ray
     shutdown_all_groups()
     ray.shutdown()

@@ -44,6 +44,7 @@ class GpuProbeWorker(ActorRolloutWorker):
     def rollout_weights(self) -> dict[str, torch.Tensor]:
         from verl_like.rollout.vllm_compat import model_runner_model
 
+        self._wake_rollout()  # asleep after a rollout: the weights sit in host memory, their device pages unmapped
         model = model_runner_model(self.rollout.llm)
         return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
 

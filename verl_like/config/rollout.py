@@ -62,6 +62,9 @@ class RolloutConfig:
       enforce_eager: skip torch.compile and CUDA graphs (fast start; graphs speed up GPU decoding).
       free_cache_engine: put the engine to sleep after each generation (on GPU: KV cache freed, weights
         offloaded) and wake it, in stages, for the next one.
+      sleep_level: vLLM's sleep level on GPU: 1 copies the weights to host memory (14.8 s for a 7B model on an
+        H200, docs/benchmarks.md), 2 discards them (the weight sync rewrites every parameter before the next
+        rollout, so nothing is lost; vLLM keeps its buffers). 1 is the cautious default.
       load_format: "dummy" starts vLLM from random weights and the worker syncs the actor's weights into it at
         init (verl's default: nothing is read twice); "auto"/"safetensors" read the checkpoint first.
       enable_prefix_caching: reuse KV of shared prompt prefixes (reset after every weight sync).
@@ -99,6 +102,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = True
     free_cache_engine: bool = True
+    sleep_level: int = 1
     load_format: str = "dummy"
     enable_prefix_caching: bool = True
     max_model_len: int | None = None
@@ -134,6 +138,8 @@ class RolloutConfig:
             raise ConfigError(f"{_P}.dtype={self.dtype!r} is not one of {ROLLOUT_DTYPES}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"{_P}.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        if self.sleep_level not in (1, 2):
+            raise ConfigError(f"{_P}.sleep_level={self.sleep_level} must be 1 (offload weights) or 2 (discard them)")
         if self.load_format not in LOAD_FORMATS:
             raise ConfigError(f"{_P}.load_format={self.load_format!r} is not one of {LOAD_FORMATS}")
         if self.prompt_length < 1 or self.response_length < 1:
@@ -217,4 +223,5 @@ class RolloutConfig:
             seed=self.seed,
             max_num_seqs=self.max_num_seqs,
             enforce_eager=self.enforce_eager,
+            sleep_level=self.sleep_level,
         )

@@ -17,6 +17,8 @@ BAD_CONFIGS = [
     (["+actor_rollout_ref.model.tiny_spec.hidden=64"],
      "unknown config key 'actor_rollout_ref.model.tiny_spec.hidden'; TinyModelSpec fields are"),
     (["+trainer=gsm8k_grpo"], "no preset configs/trainer/gsm8k_grpo.yaml; did you mean"),
+    (["actor_rollout_ref.rollout.sleep_level=3"],
+     "actor_rollout_ref.rollout.sleep_level=3 must be 1 (offload weights) or 2 (discard them)"),
     # wrong types: key, value and expected type
     (["data.train_batch_size=abc"], "data.train_batch_size='abc' has the wrong type: expected int, got str"),
     (["actor_rollout_ref.actor.use_kl_loss=maybe"], "actor_rollout_ref.actor.use_kl_loss='maybe' has the wrong type: "

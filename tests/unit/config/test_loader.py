@@ -251,3 +251,9 @@ def test_docs_list_every_key_and_every_preset():
 def _is_node(key: str) -> bool:
     """Keys whose value is a node (documented by their children's rows)."""
     return any(other.startswith(key + ".") for other in valid_keys(PPOConfig))
+
+
+def test_sleep_level_reaches_the_vllm_engine_options():
+    config = load_config(["actor_rollout_ref.rollout.sleep_level=2"], check_paths=False)
+    assert config.actor_rollout_ref.rollout.vllm_options().sleep_level == 2
+    assert load_config([], check_paths=False).actor_rollout_ref.rollout.vllm_options().sleep_level == 1
