@@ -127,14 +127,14 @@ class MemorySampler:
 
 
 def update_flops(shape: dict, prompt_len: int, response_len: int, sequences: int) -> float:
-    """Model FLOPs of one update over `sequences` full-length rows (3x forward; see bench/update_throughput.py)."""
-    h, layers = shape["hidden_size"], shape["num_hidden_layers"]
-    kv_width = shape["num_key_value_heads"] * (h // shape["num_attention_heads"])
-    linear_per_token = 2 * (2 * h * h + 2 * h * kv_width + 3 * h * shape["intermediate_size"])
-    length = prompt_len + response_len
-    attention = 2 * h * length * (length + 1)
-    head = 2 * h * shape["vocab_size"] * response_len
-    return 3 * sequences * (layers * (linear_per_token * length + attention) + head)
+    """Model FLOPs of one update over `sequences` full-length rows (verl_like.utils.flops: 3x forward)."""
+    import torch
+
+    from verl_like.utils.flops import TransformerShape, training_flops
+
+    fields = {k: v for k, v in shape.items() if k != "tie_word_embeddings"}
+    lengths = torch.full((sequences,), prompt_len + response_len)
+    return training_flops(TransformerShape(**fields), lengths, sequences * response_len, shape["vocab_size"])
 
 
 def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Path, device: str) -> list[str]:

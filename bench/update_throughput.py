@@ -35,6 +35,7 @@ from verl_like.engine.config import EngineConfig
 from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
 from verl_like.protocol import DataProto
 from verl_like.utils.device import is_cuda_available
+from verl_like.utils.flops import TransformerShape, training_flops
 
 
 @dataclass(frozen=True)
@@ -98,15 +99,11 @@ def policy_gradient_loss(outputs, micro_batch):
 
 
 def model_flops(shape: Shape, batch: DataProto) -> float:
-    """Training FLOPs (3x forward) of one update on `batch` (see the module docstring for what is counted)."""
-    h, layers = shape.hidden_size, shape.num_hidden_layers
-    kv_width = shape.num_key_value_heads * (h // shape.num_attention_heads)
-    linear_per_token = 2 * (2 * h * h + 2 * h * kv_width + 3 * h * shape.intermediate_size)
-    lengths = batch.batch["attention_mask"].sum(dim=1).double()
-    tokens = float(lengths.sum())
-    attention = float((2 * h * lengths * (lengths + 1)).sum())  # QK^T + AV, causal, per layer
-    head = 2 * h * shape.vocab_size * float(batch.batch["response_mask"].sum())
-    return 3 * (layers * (linear_per_token * tokens + attention) + head)
+    """Training FLOPs (3x forward) of one update on `batch`, counted by verl_like.utils.flops (module docstring)."""
+    fields = {k: v for k, v in asdict(shape).items() if k != "tie_word_embeddings"}
+    lengths = batch.batch["attention_mask"].sum(dim=1)
+    head_tokens = int(batch.batch["response_mask"].sum())
+    return training_flops(TransformerShape(**fields), lengths, head_tokens, shape.vocab_size)
 
 
 def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
