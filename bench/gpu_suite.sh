@@ -67,7 +67,7 @@ rerun)  # what the first pass's fixes unblocked, in one call: varlen update, 0.5
     run step_0.5b 260 0 python bench/step_throughput.py --model qwen2.5-0.5b --workdir "$WORK"
   } &
   {
-    run gpu_tests_1gpu 300 1 python -m pytest tests/gpu -v -s -rs -p no:cacheprovider -k "tp1 or 1gpu"
+    run gpu_tests_1gpu 300 1 python -m pytest tests/gpu -v -s -rs -p no:cacheprovider -k "tp1 or 1gpu or varlen"
     run sync_7b 100 1 python bench/weight_sync.py --model qwen2.5-7b --repeats 3 --workdir "$WORK"
     run step_1.5b 300 1 python bench/step_throughput.py --model qwen2.5-1.5b --workdir "$WORK"
   } &
