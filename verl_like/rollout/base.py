@@ -102,3 +102,9 @@ class RolloutEngine(abc.ABC):
     @abc.abstractmethod
     def tp_size(self) -> int:
         """Number of processes the engine's tensor-parallel group spans."""
+
+    @property
+    def sleep_discards_weights(self) -> bool:
+        """True when `sleep` throws the weights away (vLLM's sleep level 2): the owner must load them again
+        before the next generation, even if the policy has not changed."""
+        return False

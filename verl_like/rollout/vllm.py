@@ -233,6 +233,10 @@ class VLLMRolloutEngine(RolloutEngine):
     def tp_size(self) -> int:
         return self.options.tensor_parallel_size
 
+    @property
+    def sleep_discards_weights(self) -> bool:
+        return self._sleep_mode and self.options.sleep_level == 2
+
     def shutdown(self) -> None:
         """Releases the engine. vLLM's in-process shutdown (EngineCore.shutdown -> cleanup_dist_env_and_memory)
         also destroys the default torch.distributed process group, even one the caller created: shut the

@@ -364,6 +364,8 @@ class ActorRolloutWorker(Worker):
         if self.rollout is not None and self.rollout_config.free_cache_engine:
             self.rollout.sleep()
             self._weights_awake = self._kv_cache_awake = False
+            if self.rollout.sleep_discards_weights:
+                self._synced_step = None  # the next generation syncs again, even within the same step
 
     def _generate_from_text(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         texts = [self.tokenizer.decode(tokens) for tokens in prompt_token_lists(prompts)]
