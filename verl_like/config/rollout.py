@@ -63,8 +63,8 @@ class RolloutConfig:
       free_cache_engine: put the engine to sleep after each generation (on GPU: KV cache freed, weights
         offloaded) and wake it, in stages, for the next one.
       sleep_level: vLLM's sleep level on GPU: 1 copies the weights to host memory (14.8 s for a 7B model on an
-        H200, docs/benchmarks.md), 2 discards them (the weight sync rewrites every parameter before the next
-        rollout, so nothing is lost; vLLM keeps its buffers). 1 is the cautious default.
+        H200, docs/benchmarks.md), 2 discards them (the worker then syncs before every generation, which rewrites
+        every parameter; vLLM keeps its buffers). 1 is the cautious default.
       load_format: "dummy" starts vLLM from random weights and the worker syncs the actor's weights into it at
         init (verl's default: nothing is read twice); "auto"/"safetensors" read the checkpoint first.
       enable_prefix_caching: reuse KV of shared prompt prefixes (reset after every weight sync).
