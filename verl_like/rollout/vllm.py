@@ -164,6 +164,7 @@ class VLLMRolloutEngine(RolloutEngine):
             seed=seed,
             logprobs=0,
             detokenize=False,
+            **vllm_compat.flat_logprobs_kwargs(),
         )
 
     def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:

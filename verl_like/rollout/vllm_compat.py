@@ -14,6 +14,7 @@ What differs, and how each function below absorbs it:
   one (whose segments stay in /dev/shm), collide with "create shm in SHMManager failed. errno: 17".
   `isolate_cpu_shm_names(tag)` prefixes the names with a tag unique to the torch.distributed world, and
   `remove_cpu_shm(tag)` unlinks them (a killed process never does).
+- `SamplingParams(flat_logprobs=...)` exists in the releases we support; `flat_logprobs_kwargs` checks for it.
 Shared by both (checked in each release's source): `logprobs_mode="processed_logprobs"`, `SamplingParams(top_k=0)`
 meaning "no top-k", `vllm.inputs.TokensPrompt`, `LLM.collective_rpc(callable)` handing the worker as first
 argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_prefix_cache()`.
@@ -90,13 +91,31 @@ def tensor_parallel_rank() -> int:
     return get_tensor_model_parallel_rank()
 
 
+def flat_logprobs_kwargs() -> dict[str, bool]:
+    """`SamplingParams(flat_logprobs=True)` where the release has it: log-probs come back as a few flat lists
+    instead of one dict and one Logprob object per token, which spares Python's garbage collector walking
+    hundreds of thousands of objects per rollout."""
+    from vllm import SamplingParams
+
+    fields = getattr(SamplingParams, "__struct_fields__", ())
+    return {"flat_logprobs": True} if "flat_logprobs" in fields else {}
+
+
 def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float]:
-    """The log-prob of each sampled token from a `CompletionOutput` built with `SamplingParams(logprobs=0)`."""
+    """The log-prob of each sampled token from a `CompletionOutput` built with `SamplingParams(logprobs=0)`,
+    in either of vLLM's layouts: a list of {token: Logprob} per position, or `FlatLogprobs` (the sampled token
+    first at each position)."""
     if logprobs is None:
         raise RuntimeError("vLLM returned no logprobs; SamplingParams needs logprobs=0")
     if len(logprobs) != len(token_ids):
         raise RuntimeError(f"vLLM returned {len(logprobs)} logprob entries for {len(token_ids)} tokens")
-    return [float(step[token].logprob) for token, step in zip(token_ids, logprobs)]
+    starts = getattr(logprobs, "start_indices", None)
+    if starts is None:
+        return [float(step[token].logprob) for token, step in zip(token_ids, logprobs)]
+    ids, values = logprobs.token_ids, logprobs.logprobs
+    if [ids[i] for i in starts] != list(token_ids):
+        raise RuntimeError("vLLM's flat logprobs do not start each position with the sampled token")
+    return [float(values[i]) for i in starts]
 
 
 _SHM_DIR = "/dev/shm"
