@@ -8,8 +8,9 @@ rank is given `rollout_n` and computes them (`mini_batch_size_per_rank(dp_size, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 # The package import registers every built-in loss and KL estimator before the names are checked.
 from verl_like.algorithms import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, PolicyLossConfig
@@ -169,9 +170,17 @@ def mini_batch_size_per_rank(node: PPOUpdateNode, dp_size: int, rollout_n: int) 
 
 
 def build_engine_config(
-    node: PPOUpdateNode, model_kind: str, model_path: str, total_training_steps: int | None, seed: int
+    node: PPOUpdateNode,
+    model_kind: str,
+    model_path: str,
+    total_training_steps: int | None,
+    seed: int,
+    *,
+    override_config: Mapping[str, Any] | None = None,
+    trust_remote_code: bool = False,
 ) -> EngineConfig:
-    """The EngineConfig of the actor or critic node."""
+    """The EngineConfig of the actor or critic node; override_config / trust_remote_code come from the role's
+    `model` node (actor_rollout_ref.model or critic.model)."""
     optim, fsdp = node.optim, node.fsdp_config
     if optim.lr_scheduler_type == "cosine" and total_training_steps is None:
         raise ValueError(
@@ -185,6 +194,8 @@ def build_engine_config(
         param_dtype=fsdp.param_dtype,
         reduce_dtype=fsdp.reduce_dtype,
         gradient_checkpointing=node.gradient_checkpointing,
+        override_config=override_config or {},
+        trust_remote_code=trust_remote_code,
         lr=optim.lr,
         weight_decay=optim.weight_decay,
         betas=optim.betas,
@@ -307,7 +318,17 @@ class ActorConfig:
         return mini_batch_size_per_rank(self, dp_size, rollout_n)
 
     def to_engine_config(
-        self, model_path: str, *, total_training_steps: int | None = None, seed: int = 0
+        self,
+        model_path: str,
+        *,
+        total_training_steps: int | None = None,
+        seed: int = 0,
+        override_config: Mapping[str, Any] | None = None,
+        trust_remote_code: bool = False,
     ) -> EngineConfig:
-        """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio)."""
-        return build_engine_config(self, "causal_lm", model_path, total_training_steps, seed)
+        """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio;
+        override_config / trust_remote_code: actor_rollout_ref.model's)."""
+        return build_engine_config(
+            self, "causal_lm", model_path, total_training_steps, seed,
+            override_config=override_config, trust_remote_code=trust_remote_code,
+        )

@@ -42,7 +42,8 @@ class RewardModelModelConfig:
 
     path: local HF directory of a sequence-classification reward model. It must use the policy's tokenizer (the
       rollout's token ids are scored as they are; a different vocabulary is refused before any worker starts).
-    trust_remote_code: must stay false: the engine loads only the model classes transformers ships.
+    trust_remote_code: let transformers run the model directory's own code (config, model and tokenizer); the
+      engine still needs a classifier whose head is a Linear named `score`.
     use_remove_padding: pack the valid tokens of a micro-batch into one row (no padding in the forward pass).
     fsdp_config: FSDPConfig of the reward model (model_dtype, param_dtype, reduce_dtype, param_offload,
       reshard_after_forward; it has no optimizer, so optimizer_offload must stay false).
@@ -54,11 +55,6 @@ class RewardModelModelConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
     def __post_init__(self) -> None:
-        if self.trust_remote_code:
-            raise ConfigError(
-                "reward_model.model.trust_remote_code=true is not supported: the FSDP engine loads only model classes "
-                "transformers ships (e.g. Qwen2ForSequenceClassification); set it to false"
-            )
         p = "reward_model.model.fsdp_config"
         self.fsdp_config.validate(p)
         if self.fsdp_config.optimizer_offload:
@@ -136,6 +132,7 @@ class RewardModelConfig:
             use_dynamic_bsz=self.use_dynamic_bsz,
             max_tokens_per_rank=self.forward_max_token_len_per_gpu if self.use_dynamic_bsz else None,
             use_remove_padding=self.model.use_remove_padding,
+            trust_remote_code=self.model.trust_remote_code,
             param_offload=fsdp.param_offload,
             reshard_after_forward=fsdp.reshard_after_forward,
             inference_only=True,

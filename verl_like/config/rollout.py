@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verl_like.config.errors import ConfigError
 
@@ -209,8 +210,14 @@ class RolloutConfig:
             ignore_eos=self.ignore_eos,
         )
 
-    def vllm_options(self) -> "VLLMEngineOptions":
-        """The VLLMEngineOptions of this node (the engine's context is `engine_max_model_len`)."""
+    def vllm_options(
+        self, *, hf_overrides: Mapping[str, Any] | None = None, trust_remote_code: bool = False
+    ) -> "VLLMEngineOptions":
+        """The VLLMEngineOptions of this node (the engine's context is `engine_max_model_len`).
+
+        hf_overrides / trust_remote_code: from actor_rollout_ref.model (its override_config, resolved against the
+        model's config, and trust_remote_code), so vLLM builds the model the training engine builds.
+        """
         from verl_like.rollout.vllm import VLLMEngineOptions
 
         return VLLMEngineOptions(
@@ -224,4 +231,6 @@ class RolloutConfig:
             max_num_seqs=self.max_num_seqs,
             enforce_eager=self.enforce_eager,
             sleep_level=self.sleep_level,
+            hf_overrides=hf_overrides or {},
+            trust_remote_code=trust_remote_code,
         )

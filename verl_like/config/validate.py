@@ -36,6 +36,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
     if check_paths:
         _check_paths(config)
+    _check_model_overrides(config, check_paths)
     _check_model_context(config, check_paths)
     warnings = _warnings(config)
     for message in warnings:
@@ -172,26 +173,107 @@ def _check_paths(config: PPOConfig) -> None:
     if config.reward_model.enable:
         _require_dir("reward_model.model.path", str(config.reward_model.model.path), "a local reward-model directory")
         _check_reward_model_tokenizer(config)
+    if uses_critic(config):
+        _check_critic_tokenizer(config)
     resume = config.trainer.resume_from_path
     if config.trainer.resume_mode == "resume_path" and resume:
         _require_dir("trainer.resume_from_path", resume, "a global_step_N checkpoint folder")
 
 
-def _check_reward_model_tokenizer(config: PPOConfig) -> None:
-    """The reward model scores the rollout's token ids, so it must have the policy's tokenizer."""
-    from transformers import AutoTokenizer
-
-    from verl_like.workers.reward_model import check_same_tokenizer
-
-    model = config.actor_rollout_ref.model
-    tokenizer_dir = model.tokenizer_path or model.path
-    if is_builtin_model(tokenizer_dir):
+def _tokenizer(path: str, trust_remote_code: bool) -> object:
+    """The tokenizer at `path` (the builtin tiny one for 'tiny')."""
+    if is_builtin_model(path):
         from verl_like.models.tiny import build_tokenizer
 
-        policy_tokenizer = build_tokenizer()
+        return build_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(Path(path).expanduser()), trust_remote_code=trust_remote_code)
+
+
+def _policy_tokenizer(config: PPOConfig) -> object:
+    model = config.actor_rollout_ref.model
+    return _tokenizer(model.tokenizer_path or model.path, model.trust_remote_code)
+
+
+def _check_reward_model_tokenizer(config: PPOConfig) -> None:
+    """The reward model scores the rollout's token ids, so it must have the policy's tokenizer."""
+    from verl_like.workers.reward_model import check_same_tokenizer
+
+    rm_model = config.reward_model.model
+    check_same_tokenizer(
+        _policy_tokenizer(config), str(Path(str(rm_model.path)).expanduser()),
+        trust_remote_code=rm_model.trust_remote_code,
+    )
+
+
+def _check_critic_tokenizer(config: PPOConfig) -> None:
+    """The critic reads the actor's token ids, so critic.model.tokenizer_path (else a critic.model.path of its
+    own) must hold the policy's tokenizer."""
+    from verl_like.workers.reward_model import check_same_tokenizer
+
+    critic, actor = config.critic.model, config.actor_rollout_ref.model
+    if critic.tokenizer_path:
+        key, path = "critic.model.tokenizer_path", critic.tokenizer_path
+    elif critic.path and critic.path != actor.path:
+        key, path = "critic.model.path", critic.path
     else:
-        policy_tokenizer = AutoTokenizer.from_pretrained(str(Path(tokenizer_dir).expanduser()))
-    check_same_tokenizer(policy_tokenizer, str(Path(str(config.reward_model.model.path)).expanduser()))
+        return
+    if is_builtin_model(path):
+        if is_builtin_model(actor.tokenizer_path or actor.path):
+            return
+        raise ConfigError(
+            f"{key}={path!r} is the builtin tiny tokenizer but actor_rollout_ref.model uses "
+            f"{actor.tokenizer_path or actor.path!r}; the critic reads the actor's token ids, so leave {key} null "
+            "(the actor's tokenizer)"
+        )
+    _require_dir(key, path, "a local directory holding the policy's tokenizer")
+    try:
+        check_same_tokenizer(
+            _policy_tokenizer(config), str(Path(path).expanduser()), key=key, trust_remote_code=critic.trust_remote_code
+        )
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"{key}={path!r}: no tokenizer could be loaded ({err}); the critic reads the actor's token ids, so set "
+            "critic.model.tokenizer_path to a directory with the policy's tokenizer, or leave it null"
+        ) from err
+
+
+def _hf_config_of(path: str, trust_remote_code: bool, key: str) -> object:
+    """The HF config of the model at `path` ('tiny': a default Qwen2Config, the builtin model's class)."""
+    from transformers import AutoConfig, Qwen2Config
+
+    if is_builtin_model(path):
+        return Qwen2Config()
+    try:
+        return AutoConfig.from_pretrained(str(Path(path).expanduser()), trust_remote_code=trust_remote_code)
+    except ValueError as err:
+        if "trust_remote_code" in str(err):
+            raise ConfigError(
+                f"{key}={path!r} ships its own model code; set {key.rsplit('.', 1)[0]}.trust_remote_code=true to "
+                "run it"
+            ) from err
+        raise ConfigError(f"{key}={path!r}: its config.json does not load: {err}") from err
+
+
+def _check_model_overrides(config: PPOConfig, check_paths: bool) -> None:
+    """Every override_config entry must name a field of the model's HF config (read when the model is here)."""
+    from verl_like.engine.model_loading import apply_config_overrides
+
+    actor = config.actor_rollout_ref.model
+    models = [("actor_rollout_ref.model", actor.path, actor)]
+    if uses_critic(config):
+        models.append(("critic.model", config.critic.model.path or actor.path, config.critic.model))
+    for prefix, path, model in models:
+        if not model.override_config or not (check_paths or is_builtin_model(path)):
+            continue
+        hf_config = _hf_config_of(path, model.trust_remote_code, f"{prefix}.path")
+        try:
+            apply_config_overrides(hf_config, model.override_config, f"{prefix}.override_config")
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
 
 
 def _check_model_context(config: PPOConfig, check_paths: bool) -> None:

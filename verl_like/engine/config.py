@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -34,6 +36,11 @@ class EngineConfig:
       attn_implementation: None picks "flash_attention_2" when the flash_attn package imports, else "varlen" for
         packed sequences on CUDA (torch's own varlen FlashAttention, engine/varlen_attention.py), else "sdpa".
       gradient_checkpointing: recompute each decoder layer's activations in the backward pass.
+      override_config: entries replacing fields of the HF model config when the model is loaded (verl's
+        `model.override_config`, e.g. {"rope_parameters": {"rope_theta": 5e5}}); a mapping value merges into a
+        dict-valued field or a sub-config. Stored as sorted (name, value) pairs; an unknown field or a nonzero
+        dropout raises at load (model_loading.apply_config_overrides).
+      trust_remote_code: let transformers run the model directory's own Python code (HF `trust_remote_code`).
 
     Optimizer (AdamW over all parameters)
       lr, weight_decay, betas, eps: AdamW's.
@@ -69,6 +76,8 @@ class EngineConfig:
     reduce_dtype: str | None = None
     attn_implementation: str | None = None
     gradient_checkpointing: bool = False
+    override_config: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
+    trust_remote_code: bool = False
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
@@ -91,6 +100,12 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if not self.model_path:
             raise ValueError("EngineConfig.model_path is empty; set it to a local HF model directory")
+        items = self.override_config.items() if isinstance(self.override_config, Mapping) else self.override_config
+        items = tuple((name, value) for name, value in items)
+        for name, _ in items:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"EngineConfig.override_config has the key {name!r}; keys are HF config field names")
+        object.__setattr__(self, "override_config", tuple(sorted(items, key=lambda item: item[0])))
         if self.model_kind not in MODEL_KINDS:
             raise ValueError(f"EngineConfig.model_kind={self.model_kind!r} is not one of {MODEL_KINDS}")
         for field in ("dtype", "param_dtype", "reduce_dtype"):
@@ -140,3 +155,8 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.use_dynamic_bsz=True needs max_tokens_per_rank >= 1, got {self.max_tokens_per_rank}"
             )
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """override_config as a plain dict."""
+        return dict(self.override_config)

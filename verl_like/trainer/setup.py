@@ -41,12 +41,13 @@ def resolve_model_path(config: PPOConfig) -> str:
     return str(build_warmstart_model(cache_dir() / "models", spec))
 
 
-def model_shape(model_path: str) -> TransformerShape | None:
+def model_shape(model_path: str, trust_remote_code: bool = False) -> TransformerShape | None:
     """The FLOP-count shape of the HF model at `model_path`, or None when its config lacks a decoder's sizes."""
     from transformers import AutoConfig
 
     try:
-        return TransformerShape.from_hf_config(AutoConfig.from_pretrained(model_path))
+        hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        return TransformerShape.from_hf_config(hf_config)
     except (AttributeError, TypeError, ValueError) as err:
         logger.info("no FLOP count (hence no MFU) for %s: %s", model_path, err)
         return None
@@ -121,9 +122,13 @@ def build_components(
 
     derived = config.derived
     model_path = resolve_model_path(config)
-    tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.tokenizer_path or model_path)
-    if derived.use_reward_model:
-        check_same_tokenizer(tokenizer, config.reward_model.model.path)  # before any worker starts
+    model = config.actor_rollout_ref.model
+    tokenizer = AutoTokenizer.from_pretrained(
+        model.tokenizer_path or model_path, trust_remote_code=model.trust_remote_code
+    )
+    if derived.use_reward_model:  # before any worker starts
+        rm_model = config.reward_model.model
+        check_same_tokenizer(tokenizer, rm_model.path, trust_remote_code=rm_model.trust_remote_code)
     data_dir = cache_dir() / "data"
     train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data)
     val_files = config.data.val_files
@@ -163,6 +168,7 @@ def build_components(
                 "ref": config.actor_rollout_ref.ref if derived.use_reference_policy else None,
                 "total_training_steps": total_steps,
                 "seed": config.data.seed,
+                "model": model,
                 **(actor_rollout_kwargs or {}),
             },
         )
@@ -209,8 +215,8 @@ def build_components(
         total_training_steps=total_steps,
         reward_model=reward_model,
         tokenizer=tokenizer,
-        actor_shape=model_shape(model_path),
-        critic_shape=model_shape(critic_path) if derived.use_critic else None,
+        actor_shape=model_shape(model_path, model.trust_remote_code),
+        critic_shape=model_shape(critic_path, config.critic.model.trust_remote_code) if derived.use_critic else None,
         groups=[group],
         pools=[pool],
     )

@@ -29,16 +29,17 @@ import time
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoTokenizer
 
 from verl_like.config.actor import ActorConfig
-from verl_like.config.model import RefConfig
+from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.rollout import RolloutConfig
 from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.resharding.layout import ModelShape, UnknownLayoutError
@@ -74,6 +75,9 @@ class ActorRolloutWorker(Worker):
     actor / rollout / ref: the frozen `actor_rollout_ref.{actor,rollout,ref}` nodes; ref None builds no
       reference (compute_ref_log_prob then raises).
     total_training_steps: optimizer steps of the run (cosine schedule, warmup ratio). seed: engine seed.
+    model: the `actor_rollout_ref.model` node: its override_config and trust_remote_code reach the FSDP engine,
+      the reference, the rollout engine and the tokenizer; its tokenizer_path, when set, names the tokenizer's
+      directory. None: no overrides, no remote code, the tokenizer of model_path.
     Subclasses call `super().__init__(...)` first: it joins the group's torch.distributed world, which an engine
     built afterwards (vLLM included) then shares.
     """
@@ -86,13 +90,18 @@ class ActorRolloutWorker(Worker):
         ref: RefConfig | None = None,
         total_training_steps: int | None = None,
         seed: int = 0,
+        model: ModelConfig | None = None,
     ) -> None:
         self.model_path = str(model_path)
         self.actor_config = actor
         self.rollout_config = rollout
         self.ref_config = ref
+        self.override_config = dict(model.override_config) if model is not None else {}
+        self.trust_remote_code = model.trust_remote_code if model is not None else False
+        tokenizer_dir = model.tokenizer_path if model is not None and model.tokenizer_path else self.model_path
         self.engine_config = actor.to_engine_config(
-            self.model_path, total_training_steps=total_training_steps, seed=seed
+            self.model_path, total_training_steps=total_training_steps, seed=seed,
+            override_config=self.override_config, trust_remote_code=self.trust_remote_code,
         )
         tp = rollout.tensor_model_parallel_size
         rollout_dp = rollout.rollout_dp_size(self.world_size)
@@ -102,7 +111,7 @@ class ActorRolloutWorker(Worker):
         if warning:
             logger.warning(warning)
         self.init_distributed()
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=self.trust_remote_code)
         self.actor: PPOActor | None = None
         self.ref: ReferencePolicy | None = None
         self.rollout: RolloutEngine | None = None
@@ -121,11 +130,22 @@ class ActorRolloutWorker(Worker):
             from verl_like.rollout.hf import HFRolloutEngine
 
             dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
-            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(
+                self.model_path, config=self.hf_config(), dtype=dtype, trust_remote_code=self.trust_remote_code
+            )
             return HFRolloutEngine(model.to(get_torch_device()))
         from verl_like.rollout.vllm import VLLMRolloutEngine
 
-        return VLLMRolloutEngine(self.model_path, config.vllm_options())
+        hf_overrides = resolved_overrides(self.hf_config(), self.override_config) if self.override_config else {}
+        options = config.vllm_options(hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code)
+        return VLLMRolloutEngine(self.model_path, options)
+
+    def hf_config(self) -> Any:
+        """The policy's HF config with actor_rollout_ref.model.override_config applied."""
+        return load_hf_config(
+            self.model_path, trust_remote_code=self.trust_remote_code, override_config=self.override_config,
+            key="actor_rollout_ref.model.override_config",
+        )
 
     def generate(self, prompts: list[str]) -> list[str]:
         """Text hook: one response text per prompt text (prompts repeat n times when rollout.n > 1).
@@ -309,7 +329,7 @@ class ActorRolloutWorker(Worker):
         if type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights:
             return None
         try:
-            shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(self.model_path))
+            shape = ModelShape.from_hf_config(self.hf_config())
             return SlicedWeightSync(
                 self.actor.engine, self.rollout, shape, config.bucket_bytes, config.weight_sync_timeout_s,
                 new_sync_group(config.weight_sync_timeout_s),

@@ -45,13 +45,19 @@ def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> to
     return token_level
 
 
-def check_same_tokenizer(policy_tokenizer: Any, reward_model_path: str | Path, key: str = "reward_model.model.path") -> None:
+def check_same_tokenizer(
+    policy_tokenizer: Any,
+    reward_model_path: str | Path,
+    key: str = "reward_model.model.path",
+    trust_remote_code: bool = False,
+) -> None:
     """Raises ConfigError unless the model at `reward_model_path` has the policy's vocabulary and special tokens.
 
     The reward model scores the rollout's token ids as they are; with another tokenizer those ids would mean
-    other text and the scores nothing. `key` names the config key in the message.
+    other text and the scores nothing. `key` names the config key in the message; trust_remote_code is passed to
+    AutoTokenizer for that directory.
     """
-    other = AutoTokenizer.from_pretrained(str(reward_model_path))
+    other = AutoTokenizer.from_pretrained(str(reward_model_path), trust_remote_code=trust_remote_code)
     mismatches = []
     if other.get_vocab() != policy_tokenizer.get_vocab():
         mismatches.append(f"vocabularies differ ({len(other)} vs the policy's {len(policy_tokenizer)} tokens)")

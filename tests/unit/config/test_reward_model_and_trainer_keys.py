@@ -15,7 +15,6 @@ BAD = [
     (["reward_model.forward_max_token_len_per_gpu=0"], "reward_model.forward_max_token_len_per_gpu=0 must be >= 1"),
     (["reward_model.model.fsdp_config.optimizer_offload=true"],
      "reward_model.model.fsdp_config.optimizer_offload=true but the reward model is inference-only"),
-    (["reward_model.model.trust_remote_code=true"], "reward_model.model.trust_remote_code=true is not supported"),
     (["reward_model.model.fsdp_config.model_dtype=fp16"], "reward_model.model.fsdp_config.model_dtype='fp16'"),
     (["actor_rollout_ref.ref.fsdp_config.optimizer_offload=true"],
      "actor_rollout_ref.ref.fsdp_config.optimizer_offload=true but the reference policy has no optimizer"),
