@@ -38,8 +38,8 @@ class DataConfig:
       reward_fn_key: column naming each row's data source (selects the rule scorer), verl's `data_source`.
       chat_template: a Jinja chat template used instead of the tokenizer's own; null keeps the tokenizer's.
       apply_chat_template: wrap prompts in the chat template (false: text prompts are tokenized as they are).
-      return_raw_chat: also pass the untokenized chat messages along with the batch (for reward models and
-        custom rollouts that re-template).
+      return_raw_chat: also pass each prompt's chat messages with the batch (non-tensor column "raw_prompt", a
+        list of {role, content}; a text prompt becomes one user message), for custom code that re-templates.
 
     Lengths (tokens)
       max_prompt_length: longest prompt after templating. max_response_length: most new tokens per sample.

@@ -30,9 +30,10 @@ class ModelConfig:
     tiny_spec: fields of verl_like.models.tiny.TinyModelSpec overriding its defaults (hidden_size,
       num_hidden_layers, max_position_embeddings, seed, ...); only read when path is "tiny".
     tokenizer_path: where the tokenizer lives; null uses `path`.
-    trust_remote_code: allow the model's own Python code (HF `trust_remote_code`).
-    override_config: entries that replace the HF config's values when the model is built (e.g.
-      {attention_dropout: 0.0}).
+    trust_remote_code: allow the model's own Python code (HF `trust_remote_code`; the engines, tokenizers, vLLM).
+    override_config: HF config fields replaced when the model is loaded, by the FSDP engines and the rollout
+      engine (e.g. {attention_dropout: 0.0}; engine/model_loading.apply_config_overrides); validation refuses a
+      field the model's config lacks.
     enable_gradient_checkpointing / use_remove_padding: verl's switches; the YAML feeds them to
       `actor_rollout_ref.actor.gradient_checkpointing` / `.use_remove_padding` (and the reference's forward) by
       interpolation, so either key works.

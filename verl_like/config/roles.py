@@ -40,7 +40,9 @@ class ActorRolloutRefConfig:
 class CriticModelConfig:
     """`critic.model`: the value model, a causal-LM checkpoint that gets a fresh value head.
 
-    path: local HF directory or "tiny"; null uses actor_rollout_ref.model.path. tokenizer_path: null uses path.
+    path: local HF directory or "tiny"; null uses actor_rollout_ref.model.path.
+    tokenizer_path: the critic reads the actor's token ids, so this (else a path other than the actor's) must
+      hold the policy's tokenizer; validation compares them (null: nothing to compare beyond path).
     override_config / trust_remote_code / enable_gradient_checkpointing / use_remove_padding: as for
     actor_rollout_ref.model (the YAML feeds the last two to critic.gradient_checkpointing / use_remove_padding).
     """

@@ -4,6 +4,8 @@ Every row is read and checked when the dataset is built (verl_like/data/rows.py)
 before Ray starts, with its file, row index and field. Prompts longer than `data.max_prompt_length` tokens after
 templating are handled by `data.overlong_prompt_policy`: "filter" drops them (the count is `num_filtered`, and
 logged), "left" / "right" / "middle" cut tokens from that side / the middle, "error" raises naming the row.
+With `data.return_raw_chat` the batch also carries each prompt's chat messages (column "raw_prompt", verl's);
+nothing in verl_like needs them (prompt text is decoded from the token ids), they are for user code.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class PromptItem:
     truncated: bool = False
 
 
+def chat_messages(prompt: list[dict[str, str]] | str) -> list[dict[str, str]]:
+    """The chat messages of a prompt: its message list, or a text prompt as one user message."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
 def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
     if side == "left":
         return ids[-limit:]
@@ -50,7 +57,7 @@ class RLDataset:
     """The prompts of `files` (parquet or jsonl), templated and tokenized with `tokenizer`, per `config`.
 
     Reads `config.prompt_key`, `reward_fn_key`, `max_prompt_length`, `overlong_prompt_policy`, `chat_template`,
-    `apply_chat_template` (other DataConfig fields belong to the loader and trainer). `dataset[i]` is a
+    `apply_chat_template`, `return_raw_chat` (other DataConfig fields belong to the loader and trainer). `dataset[i]` is a
     `PromptItem`; `dataset.collate(items)` builds the rollout input.
     """
 
@@ -108,7 +115,7 @@ class RLDataset:
                     " set it true, or store the prompt as text"
                 )
             return row.prompt
-        messages = [{"role": "user", "content": row.prompt}] if isinstance(row.prompt, str) else row.prompt
+        messages = chat_messages(row.prompt)
         try:
             return self.tokenizer.apply_chat_template(
                 messages, chat_template=self.config.chat_template, add_generation_prompt=True, tokenize=False
@@ -148,14 +155,20 @@ class RLDataset:
         return self.items[index]
 
     def collate(self, items: Sequence[PromptItem]) -> DataProto:
-        """The rollout input of `items` (see `collate`) padded to this dataset's max_prompt_length."""
-        return collate(items, self.max_prompt_length, int(self.tokenizer.pad_token_id))
+        """The rollout input of `items` (see `collate`) padded to this dataset's max_prompt_length, with
+        "raw_prompt" when data.return_raw_chat."""
+        return collate(
+            items, self.max_prompt_length, int(self.tokenizer.pad_token_id), return_raw_chat=self.config.return_raw_chat
+        )
 
 
-def collate(items: Sequence[PromptItem], max_prompt_length: int, pad_token_id: int) -> DataProto:
+def collate(
+    items: Sequence[PromptItem], max_prompt_length: int, pad_token_id: int, return_raw_chat: bool = False
+) -> DataProto:
     """A DataProto of `items`: `input_ids`, `attention_mask`, `position_ids` `(batch, max_prompt_length)`,
     left-padded with `pad_token_id`, positions counting 0, 1, ... from each prompt's first token; non-tensor
-    columns raw_prompt, ground_truth, data_source, extra_info, index and a fresh uid per row."""
+    columns ground_truth, data_source, extra_info, index and a fresh uid per row, and with `return_raw_chat`
+    raw_prompt: each prompt's chat messages, a list of {"role", "content"} (a text prompt as one user message)."""
     if not items:
         raise ValueError("collate got no items; a batch needs at least one prompt")
     rows = len(items)
@@ -175,14 +188,16 @@ def collate(items: Sequence[PromptItem], max_prompt_length: int, pad_token_id: i
             array[i] = value
         return array
 
+    non_tensors = {
+        "ground_truth": column([item.ground_truth for item in items]),
+        "data_source": column([item.data_source for item in items]),
+        "extra_info": column([item.extra_info for item in items]),
+        "index": np.array([item.index for item in items], dtype=np.int64),
+        "uid": column([uuid.uuid4().hex for _ in items]),
+    }
+    if return_raw_chat:
+        non_tensors["raw_prompt"] = column([chat_messages(item.raw_prompt) for item in items])
     return DataProto.from_dict(
         tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
-        non_tensors={
-            "raw_prompt": column([item.raw_prompt for item in items]),
-            "ground_truth": column([item.ground_truth for item in items]),
-            "data_source": column([item.data_source for item in items]),
-            "extra_info": column([item.extra_info for item in items]),
-            "index": np.array([item.index for item in items], dtype=np.int64),
-            "uid": column([uuid.uuid4().hex for _ in items]),
-        },
+        non_tensors=non_tensors,
     )

@@ -1,5 +1,6 @@
 """RLDataset: chat template, over-long prompt policies, and the left-padded batch that collate builds."""
 
+import dataclasses
 import json
 import logging
 
@@ -136,10 +137,30 @@ def test_collate_left_pads_to_max_prompt_length(tmp_path, tokenizer):
     columns = batch.non_tensor_batch
     assert list(columns["ground_truth"]) == ["1", "0", "2"]
     assert list(columns["data_source"]) == ["synthetic/add"] * 3
-    assert columns["raw_prompt"][0] == "22+3=?" and columns["raw_prompt"][2] == chat("0")
+    assert "raw_prompt" not in columns  # data.return_raw_chat=false (the default)
     assert columns["extra_info"][1] == {"i": 0}
     assert columns["index"].tolist() == [1, 0, 2]
     assert len(set(columns["uid"])) == 3
+
+
+@pytest.mark.parametrize("apply_chat_template", [True, False])
+def test_return_raw_chat_adds_the_chat_messages(tmp_path, tokenizer, apply_chat_template):
+    rows = ["22+3=?", "1"] if not apply_chat_template else ["22+3=?", chat("0")]
+    path = write_rows(tmp_path / "d.jsonl", rows)
+    config = DataConfig(train_files=path, max_prompt_length=16, return_raw_chat=True,
+                        apply_chat_template=apply_chat_template)
+    dataset = RLDataset([path], tokenizer, config)
+    batch = dataset.collate([dataset[1], dataset[0]])
+    raw = batch.non_tensor_batch["raw_prompt"]
+    expected_first = chat("0") if apply_chat_template else [{"role": "user", "content": "1"}]
+    assert list(raw) == [expected_first, [{"role": "user", "content": "22+3=?"}]]
+    # The token ids do not depend on the switch.
+    plain = RLDataset([path], tokenizer, dataclasses.replace(config, return_raw_chat=False))
+    assert torch.equal(plain.collate([plain[1], plain[0]]).batch["input_ids"], batch.batch["input_ids"])
+    # The column survives what the trainer does to a batch: repeat for rollout.n, then split across ranks.
+    repeated = batch.repeat(2, interleave=True)
+    assert list(repeated.non_tensor_batch["raw_prompt"]) == [expected_first, expected_first, raw[1], raw[1]]
+    assert [list(part.non_tensor_batch["raw_prompt"]) for part in repeated.chunk(2)][1] == [raw[1], raw[1]]
 
 
 def test_collate_rejects_empty_and_overlong_items():
