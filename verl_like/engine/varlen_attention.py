@@ -12,6 +12,7 @@ Only packed rows (batch 1, no attention mask) are accepted: the engine uses it w
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -44,25 +45,35 @@ def _per_sequence_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds
     return out
 
 
+@functools.cache
+def _varlen_call_options() -> tuple[bool, bool, bool]:
+    """(takes scale, takes enable_gqa, takes is_causal) of this torch's `varlen_attn` (read once)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    return "scale" in params, "enable_gqa" in params, "is_causal" in params
+
+
 def _torch_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.Tensor, longest: int,
                   scale: float | None) -> torch.Tensor:
     """torch's varlen FlashAttention; its causal flag and GQA support differ between releases."""
     from torch.nn.attention.varlen import varlen_attn
 
-    params = inspect.signature(varlen_attn).parameters
-    if q.shape[1] != k.shape[1] and "enable_gqa" not in params:
+    takes_scale, takes_gqa, takes_causal = _varlen_call_options()
+    if q.shape[1] != k.shape[1] and not takes_gqa:
         groups = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    kwargs: dict[str, Any] = {"scale": scale} if "scale" in params else {}
-    if "enable_gqa" in params:
+    kwargs: dict[str, Any] = {"scale": scale} if takes_scale else {}
+    if takes_gqa:
         kwargs["enable_gqa"] = q.shape[1] != k.shape[1]
-    if "is_causal" in params:
+    if takes_causal:
         kwargs["is_causal"] = True
     else:
         kwargs["window_size"] = (-1, 0)
     return varlen_attn(q, k, v, bounds, bounds, longest, longest, **kwargs)
 
 
+@functools.cache
 def torch_varlen_available() -> bool:
     """True when torch ships its varlen FlashAttention (CUDA builds of torch >= 2.9)."""
     try:
@@ -70,6 +81,18 @@ def torch_varlen_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+_last_bounds: tuple[torch.Tensor, tuple[torch.Tensor, int]] | None = None
+
+
+def _cached_cu_seqlens(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """`cu_seqlens` once per forward: every layer gets the same position_ids tensor, and each computation costs a
+    device-to-host sync."""
+    global _last_bounds
+    if _last_bounds is None or _last_bounds[0] is not position_ids:
+        _last_bounds = (position_ids, cu_seqlens(position_ids))
+    return _last_bounds[1]
 
 
 def varlen_attention_forward(
@@ -92,7 +115,8 @@ def varlen_attention_forward(
         )
     if dropout:
         raise ValueError("attn_implementation='varlen' has no attention dropout; the engine turns dropout off")
-    bounds, longest = cu_seqlens(position_ids.to(query.device))
+    bounds, longest = _cached_cu_seqlens(position_ids)
+    bounds = bounds.to(query.device)
     q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))  # (tokens, heads, dim)
     if q.is_cuda and torch_varlen_available():
         out = _torch_varlen(q, k, v, bounds, longest, scaling)
