@@ -92,6 +92,10 @@ class FSDPConfig:
     param_dtype / reduce_dtype: mixed precision (compute in param_dtype, reduce gradients in reduce_dtype);
       null keeps model_dtype. Typical on GPU: model_dtype fp32, param_dtype bf16, reduce_dtype fp32.
     param_offload / optimizer_offload: move parameters / optimizer state to CPU memory between phases.
+    offload_policy: FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer state live in (pinned) CPU
+      memory all the time; each layer's parameters are copied to the GPU for its forward and backward, and the
+      optimizer steps on the CPU. For models whose fp32 weights, gradients and AdamW state do not fit the GPUs
+      (a 7B model on one GPU); slower than param_offload / optimizer_offload, which it makes unnecessary.
     reshard_after_forward: free gathered parameters after each layer's forward (less memory, more traffic).
     The role config that holds this node validates it (`validate`), so errors name the full key.
     """
@@ -101,6 +105,7 @@ class FSDPConfig:
     reduce_dtype: str | None = None
     param_offload: bool = False
     optimizer_offload: bool = False
+    offload_policy: bool = False
     reshard_after_forward: bool = True
 
     def __post_init__(self) -> None:
@@ -212,6 +217,7 @@ def build_engine_config(
         use_remove_padding=node.use_remove_padding,
         param_offload=fsdp.param_offload,
         optimizer_offload=fsdp.optimizer_offload,
+        offload_policy=fsdp.offload_policy,
         reshard_after_forward=fsdp.reshard_after_forward,
         seed=seed,
     )

@@ -134,6 +134,7 @@ class RewardModelConfig:
             use_remove_padding=self.model.use_remove_padding,
             trust_remote_code=self.model.trust_remote_code,
             param_offload=fsdp.param_offload,
+            offload_policy=fsdp.offload_policy,
             reshard_after_forward=fsdp.reshard_after_forward,
             inference_only=True,
             seed=seed,

@@ -60,6 +60,9 @@ class EngineConfig:
       param_offload / optimizer_offload: `offload()` moves parameters / optimizer state to CPU memory between
         phases and `onload()` brings them back (on CPU the move is a no-op; with param_offload the engine refuses
         to compute between the two calls, on every device).
+      offload_policy: FSDP2's CPUOffloadPolicy (parameters, gradients and optimizer state always in CPU memory,
+        pinned on CUDA; each layer's parameters are copied to the device for its forward and backward; the
+        optimizer steps on the CPU). `offload()` / `onload()` then move nothing.
 
     Other
       inference_only: build the model for forward passes only (a reference policy): no optimizer or LR
@@ -93,6 +96,7 @@ class EngineConfig:
     use_remove_padding: bool = False
     param_offload: bool = False
     optimizer_offload: bool = False
+    offload_policy: bool = False
     reshard_after_forward: bool = True
     seed: int = 0
     inference_only: bool = False

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine
@@ -60,6 +60,18 @@ def init_process_group_from_env() -> None:
     dist.init_process_group(backend=get_dist_backend())
 
 
+def _use_node_cpus_for_offload() -> None:
+    """Gives torch's CPU ops this process's share of the node's cores (offload_policy runs the optimizer step and
+    gradient accumulation on the CPU). Ray starts a worker with OMP_NUM_THREADS = its CPU reservation (1 by
+    default, trainer.cpus_per_worker), which would leave one core doing work sized by the whole model."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = max(1, cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    if share > torch.get_num_threads():
+        logger.info("offload_policy: torch CPU threads %d -> %d (%d cores on the node)", torch.get_num_threads(),
+                    share, cores)
+        torch.set_num_threads(share)
+
+
 class FSDPEngine(TrainEngine):
     """Trains one HF model with FSDP2 over all ranks of the default process group (or a given 1-D mesh)."""
 
@@ -78,10 +90,15 @@ class FSDPEngine(TrainEngine):
         self.model = self._shard(model)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        if config.offload_policy:
+            _use_node_cpus_for_offload()
         if not config.inference_only:
             self.optimizer = torch.optim.AdamW(
                 self.model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps,
                 weight_decay=config.weight_decay,
+                # Under offload_policy AdamW steps on CPU tensors, where the fused kernel is ~7x faster than the
+                # per-parameter loop torch picks for CPU by default (bench: 4 x 50M parameters, 2 threads).
+                fused=True if config.offload_policy else None,
             )
             schedule = WarmupSchedule(config.lr_scheduler, config.warmup_steps, config.total_steps, config.min_lr_ratio)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
@@ -95,6 +112,8 @@ class FSDPEngine(TrainEngine):
             reduce_dtype=torch_dtype(self.config.reduce_dtype) if self.config.reduce_dtype else None,
         )
         kwargs = {"mesh": self.mesh, "mp_policy": mp_policy, "reshard_after_forward": self.config.reshard_after_forward}
+        if self.config.offload_policy:
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=is_cuda_available())
         layer_classes = decoder_layer_classes(model)
         for module in model.modules():
             if isinstance(module, layer_classes):
@@ -268,6 +287,11 @@ class FSDPEngine(TrainEngine):
 
     def offload(self) -> None:
         # On CPU the moves are no-ops, but the bookkeeping (and the onload() requirement) is the same as on GPU.
+        # Under offload_policy the parameters and optimizer state never leave CPU memory: nothing to move.
+        if self.config.offload_policy:
+            if is_cuda_available():
+                torch.cuda.empty_cache()
+            return
         if self.config.param_offload and not self._params_offloaded:
             self.model.to("cpu")
             self._params_offloaded = True

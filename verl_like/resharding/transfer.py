@@ -142,6 +142,8 @@ class SlicedTransfer:
     def _place(self, slices: dict[int, torch.Tensor], piece: Piece, data: torch.Tensor) -> None:
         target = self._slice_for(slices, piece.param)
         need = self.plan.needed(self.rank, piece.param)
+        if data.device != target.device:  # CPU-resident shards (offload_policy): copy over, then cast on the device
+            data = data.to(target.device)
         _region(target, piece.box, need.row_start, need.col_start).copy_(data)
 
     def _run_bucket(

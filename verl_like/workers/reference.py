@@ -41,6 +41,7 @@ def reference_engine_config(actor_engine_config: EngineConfig, ref: RefConfig | 
         param_dtype=fsdp.param_dtype,
         reduce_dtype=fsdp.reduce_dtype,
         param_offload=fsdp.param_offload,
+        offload_policy=fsdp.offload_policy,
         reshard_after_forward=fsdp.reshard_after_forward,
     )
 

@@ -45,6 +45,9 @@ DATA_PARALLEL_SCENARIOS = {
     "bfloat16_compute_float32_reduce": (
         "causal_lm", {"param_dtype": "bfloat16", "reduce_dtype": "float32", "micro_batch_size_per_rank": 2}, 4,
     ),
+    "offload_policy_packed": (  # FSDP2 CPUOffloadPolicy: CPU-resident shards, CPU optimizer step
+        "causal_lm", {"offload_policy": True, "use_remove_padding": True, "micro_batch_size_per_rank": 2}, 4,
+    ),
     "eager_attention_packed": (
         "causal_lm", {"attn_implementation": "eager", "use_remove_padding": True, "micro_batch_size_per_rank": 4}, 4,
     ),

@@ -316,13 +316,14 @@ def test_reference_engine_config_applies_the_ref_node(model_dir):
     ref = RefConfig(
         log_prob_micro_batch_size_per_gpu=3, log_prob_use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=77,
         fsdp_config=FSDPConfig(model_dtype="bf16", param_dtype="bf16", reduce_dtype="fp32", param_offload=True,
-                               reshard_after_forward=False),
+                               offload_policy=True, reshard_after_forward=False),
     )
     reference = reference_engine_config(actor_engine, ref)
     assert reference.inference_only and not reference.optimizer_offload
     assert (reference.micro_batch_size_per_rank, reference.use_dynamic_bsz, reference.max_tokens_per_rank) == (3, True, 77)
     assert (reference.dtype, reference.param_dtype, reference.reduce_dtype) == ("bfloat16", "bfloat16", "float32")
-    assert reference.param_offload and not reference.reshard_after_forward
+    assert reference.param_offload and reference.offload_policy and not reference.reshard_after_forward
+    assert not actor_engine.offload_policy
     assert reference.model_path == actor_engine.model_path and reference.lr == actor_engine.lr
     row_based = reference_engine_config(actor_engine, RefConfig(log_prob_micro_batch_size_per_gpu=5))
     assert (row_based.micro_batch_size_per_rank, row_based.use_dynamic_bsz, row_based.max_tokens_per_rank) == (5, False, None)

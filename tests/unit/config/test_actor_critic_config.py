@@ -104,7 +104,7 @@ def test_actor_engine_config_carries_every_setting():
         optim=OptimConfig(lr=2e-5, weight_decay=0.1, betas=[0.8, 0.9], eps=1e-6, lr_warmup_steps=3,
                           lr_scheduler_type="cosine", min_lr_ratio=0.2),
         fsdp_config=FSDPConfig(model_dtype="fp32", param_dtype="bf16", reduce_dtype="fp32", param_offload=True,
-                               optimizer_offload=True, reshard_after_forward=False),
+                               optimizer_offload=True, offload_policy=True, reshard_after_forward=False),
     )
     engine = config.to_engine_config("/models/tiny", total_training_steps=20, seed=7)
     assert engine.model_kind == "causal_lm"
@@ -113,6 +113,7 @@ def test_actor_engine_config_carries_every_setting():
     assert (engine.lr_scheduler, engine.warmup_steps, engine.total_steps, engine.min_lr_ratio) == ("cosine", 3, 20, 0.2)
     assert (engine.dtype, engine.param_dtype, engine.reduce_dtype) == ("float32", "bfloat16", "float32")
     assert (engine.param_offload, engine.optimizer_offload, engine.reshard_after_forward) == (True, True, False)
+    assert engine.offload_policy
     assert (engine.use_remove_padding, engine.gradient_checkpointing, engine.grad_clip) == (True, True, None)
     assert (engine.micro_batch_size_per_rank, engine.use_dynamic_bsz, engine.max_tokens_per_rank) == (3, False, None)
 
