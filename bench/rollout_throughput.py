@@ -63,17 +63,24 @@ def throughput(rollout, prompts: DataProto, sampling: SamplingConfig, repeats: i
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from verl_like.rollout import vllm_compat
+
     requests = [TokensPrompt(prompt_token_ids=row.tolist()) for row in prompts.batch["input_ids"]]
-    params = SamplingParams(n=sampling.n, temperature=sampling.temperature, max_tokens=sampling.max_tokens,
-                            ignore_eos=True, logprobs=0, detokenize=False)
+    common = dict(n=sampling.n, temperature=sampling.temperature, max_tokens=sampling.max_tokens, ignore_eos=True,
+                  logprobs=0, detokenize=False)
+    # The baseline asks for what the engine asks for, in the same (flat, where the release has it) log-prob layout;
+    # vLLM's default layout (a dict and a Logprob object per token) is timed too.
+    params = SamplingParams(**common, **vllm_compat.flat_logprobs_kwargs())
+    dict_params = SamplingParams(**common)
     expected = len(prompts) * sampling.n * sampling.max_tokens
-    raw, ours = [], []
+    raw, raw_dict, ours = [], [], []
     for _ in range(repeats + 1):  # the first round warms both up and is dropped
-        dist.barrier()
-        start = time.perf_counter()
-        outputs = rollout.llm.generate(requests, params, use_tqdm=False)
-        raw.append(time.perf_counter() - start)
-        assert sum(len(s.token_ids) for o in outputs for s in o.outputs) == expected
+        for timings, request_params in ((raw, params), (raw_dict, dict_params)):
+            dist.barrier()
+            start = time.perf_counter()
+            outputs = rollout.llm.generate(requests, request_params, use_tqdm=False)
+            timings.append(time.perf_counter() - start)
+            assert sum(len(s.token_ids) for o in outputs for s in o.outputs) == expected
         dist.barrier()
         start = time.perf_counter()
         out = rollout.generate(prompts, sampling)
@@ -81,7 +88,8 @@ def throughput(rollout, prompts: DataProto, sampling: SamplingConfig, repeats: i
         assert int(out.batch["response_mask"].sum()) == expected
     raw_tps, our_tps = expected / statistics.median(raw[1:]), expected / statistics.median(ours[1:])
     return {"raw_tokens_per_s": raw_tps, "rollout_tokens_per_s": our_tps, "ratio": our_tps / raw_tps,
-            "tokens_per_call": expected}
+            "raw_dict_logprobs_tokens_per_s": expected / statistics.median(raw_dict[1:]),
+            "flat_logprobs": bool(vllm_compat.flat_logprobs_kwargs()), "tokens_per_call": expected}
 
 
 def log_prob_gap(engine: FSDPEngine, rollout, prompts: DataProto, sampling: SamplingConfig) -> dict:
