@@ -14,11 +14,11 @@ Reported per step (the first step is warm-up and left out of the medians), per G
   step      prompt+response tokens / step seconds (end to end, rewards and driver work included)
 and each phase's share of the step, the peak device memory any GPU reached (nvidia-smi, sampled every 0.2 s), and
 launch -> first rollout: seconds from `launch()` (Ray start, workers, FSDP, vLLM start, first weight sync) to the
-end of the first generation.
+end of the first generation (and to its start, `launch_to_first_rollout_start_s`).
 
     python bench/step_throughput.py --model qwen2.5-0.5b                         # one GPU
     python bench/step_throughput.py --model qwen2.5-1.5b
-    python bench/step_throughput.py --model qwen2.5-7b --prompts 32 --offload    # 7B on one GPU
+    python bench/step_throughput.py --model qwen2.5-7b --prompts 16 --offload-policy --sleep-level 2  # 7B, 1 GPU
     python bench/step_throughput.py --model qwen2.5-0.5b --gpus 2 --tp 2         # TP=2 on two GPUs
     python bench/step_throughput.py --smoke                                      # tiny model, 2 CPU workers
 """
@@ -153,10 +153,12 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         "actor_rollout_ref.actor.fsdp_config.reduce_dtype=float32",
         f"actor_rollout_ref.actor.fsdp_config.param_offload={str(args.offload).lower()}",
         f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={str(args.offload).lower()}",
+        f"actor_rollout_ref.actor.fsdp_config.offload_policy={str(args.offload_policy).lower()}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={args.tp}",
         f"actor_rollout_ref.rollout.dtype={args.rollout_dtype}",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
         f"actor_rollout_ref.rollout.enforce_eager={str(args.eager).lower()}",
+        *([f"actor_rollout_ref.rollout.sleep_level={args.sleep_level}"] if args.sleep_level else []),
         f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.ignore_eos=true",
         f"actor_rollout_ref.rollout.max_num_seqs={args.max_num_seqs}",
         f"actor_rollout_ref.rollout.max_model_len={args.prompt_len + args.response_len}",
@@ -226,7 +228,11 @@ def main() -> None:
     parser.add_argument("--param-dtype", default="bfloat16")
     parser.add_argument("--rollout-dtype", default="bfloat16")
     parser.add_argument("--offload", action="store_true", help="actor params and optimizer offloaded to CPU")
+    parser.add_argument("--offload-policy", action="store_true",
+                        help="FSDP2 CPU offload (params, grads, optimizer always in CPU memory; 7B on one GPU)")
     parser.add_argument("--eager", action="store_true", help="vLLM without CUDA graphs (faster start)")
+    parser.add_argument("--sleep-level", type=int, default=None, choices=[1, 2],
+                        help="actor_rollout_ref.rollout.sleep_level (default: the config's)")
     parser.add_argument("--no-grad-ckpt", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="models, data and run directory (kept for reruns)")
@@ -263,6 +269,7 @@ def main() -> None:
             marks["workers_ready"] = time.perf_counter()
 
         def _generate(self, *a, **kw):
+            marks.setdefault("first_rollout_start", time.perf_counter())
             out = super()._generate(*a, **kw)
             marks.setdefault("first_rollout_done", time.perf_counter())
             return out
@@ -277,8 +284,11 @@ def main() -> None:
     report = {
         "model": args.model, "shape": shape, "gpus": args.gpus, "tp": args.tp, "device": device,
         "prompts": args.prompts, "n": args.n, "prompt_len": args.prompt_len, "response_len": args.response_len,
-        "offload": args.offload, "eager": args.eager, "rollout_dtype": args.rollout_dtype,
+        "offload": args.offload, "offload_policy": args.offload_policy, "eager": args.eager,
+        "rollout_dtype": args.rollout_dtype,
+        "sleep_level": config.actor_rollout_ref.rollout.sleep_level,
         "launch_to_first_rollout_s": marks["first_rollout_done"] - launch_start,
+        "launch_to_first_rollout_start_s": marks["first_rollout_start"] - launch_start,
         "launch_to_workers_ready_s": marks["workers_ready"] - launch_start,
         "process_start_to_launch_s": launch_start - PROCESS_START,
         "peak_memory_gib": [m / 1024 for m in memory.peak_mib],
