@@ -7,6 +7,7 @@ with rollout TP=2, a few steps of the embedded default task with a GPU-shaped ti
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 from verl_like.utils.tracking import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
+JOB_TIMEOUT_S = int(os.environ.get("VERL_LIKE_GPU_JOB_TIMEOUT_S", "420"))
 # head_dim 64 for FlashAttention; bf16 rollout; the warm start and task of the embedded default.
 GPU_OVERRIDES = [
     "+trainer=ci_smoke", "trainer.device=cuda", "trainer.total_training_steps=3", "trainer.test_freq=3",
@@ -34,9 +36,21 @@ def test_main_ppo_runs_on_gpus(gpus, tp, tmp_path, verl_like_cache):
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}", f"trainer.default_local_dir={tmp_path}"]
     env = {**os.environ, "VERL_LIKE_CACHE_DIR": verl_like_cache, "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, "-m", "verl_like.main_ppo", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    # The job's output goes to a file as it runs (a job cut short by an outer time limit still leaves its log) and
+    # the test stops it itself after JOB_TIMEOUT_S, failing with the log's tail.
+    log_path = Path(os.environ.get("VERL_LIKE_GPU_LOG_DIR", tmp_path)) / f"main_ppo_{gpus}gpu_tp{tp}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "verl_like.main_ppo", *args], cwd=REPO, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            returncode = None
+    tail = log_path.read_text(errors="replace")[-8000:]
+    assert returncode is not None, f"main_ppo did not finish in {JOB_TIMEOUT_S} s; its log ends:\n{tail}"
+    assert returncode == 0, tail
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3]
     last = records[-1]
