@@ -9,6 +9,9 @@
 #   bash bench/gpu_suite.sh steps      # whole GRPO steps: 0.5B then 1.5B on GPU 0, 7B (offloaded) on GPU 1
 #   bash bench/gpu_suite.sh steps_tp2  # whole GRPO steps: 0.5B with rollout TP=2 on both GPUs
 #   bash bench/gpu_suite.sh rerun      # one call: varlen update, 0.5B + 1.5B steps, tests/gpu, 7B sync
+#   bash bench/gpu_suite.sh kernels    # tests/gpu/test_varlen_attention_gpu.py (torch only, no vLLM or Ray)
+#   bash bench/gpu_suite.sh one_gpu    # GPU 0: TP=1 tests, main_ppo, 1.5B step | GPU 1: 7B step, eager launch, rollout
+#   bash bench/gpu_suite.sh two_gpu    # 0.5B steps at TP=2, the TP=2 tests, 7B sync at TP=2, main_ppo on 2 GPUs
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -16,16 +19,32 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 WORK=${BENCH_WORKDIR:-/tmp/bench_models}   # random-weight models are built once and reused across stages
 mkdir -p "$WORK"
 
+# Optional overall budget of one stage (seconds, SUITE_BUDGET_S): each run's limit is cut to what is left, and a
+# run with under 60 s left is skipped, so a stage ends before the device call's own limit and keeps its logs.
+SUITE_START=$SECONDS
+BUDGET=${SUITE_BUDGET_S:-0}
+
 # run NAME TIMEOUT GPUS CMD...: one benchmark, its log in $OUT/NAME.log, RESULT lines collected in $OUT/results.jsonl
 run() {
   local name=$1 limit=$2 gpus=$3; shift 3
+  if [ "$BUDGET" -gt 0 ]; then
+    local left=$((BUDGET - (SECONDS - SUITE_START)))
+    if [ "$left" -lt 60 ]; then
+      echo "== $name skipped: $left s left of the stage's $BUDGET s"
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   local start=$SECONDS
   CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
-  echo "== $name rc=$rc $((SECONDS - start)) s"
+  echo "== $name rc=$rc $((SECONDS - start)) s (limit $limit s)"
   grep -h '^RESULT ' "$OUT/$name.log" | sed "s/^RESULT /{\"bench\": \"$name\", \"result\": /; s/\$/}/" >>"$OUT/results.jsonl"
-  [ $rc = 0 ] || tail -n 25 "$OUT/$name.log"
+  [ $rc = 0 ] || grep -v -e 'logging.cc' -e '^    @' "$OUT/$name.log" | tail -n 25
 }
+
+PYTEST=(python -m pytest -v -s -rs -p no:cacheprovider)
+export VERL_LIKE_GPU_LOG_DIR=$OUT VERL_LIKE_GPU_JOB_TIMEOUT_S=${VERL_LIKE_GPU_JOB_TIMEOUT_S:-240}
 
 case "${1:-}" in
 micro)
@@ -54,7 +73,8 @@ steps)  # two Ray clusters side by side, one per GPU (started 20 s apart)
     run step_0.5b 280 0 python bench/step_throughput.py --model qwen2.5-0.5b --workdir "$WORK"
     run step_1.5b 280 0 python bench/step_throughput.py --model qwen2.5-1.5b --workdir "$WORK"
   } &
-  { sleep 20; run step_7b 560 1 python bench/step_throughput.py --model qwen2.5-7b --prompts 16 --offload --workdir "$WORK"; } &
+  { sleep 20; run step_7b 560 1 python bench/step_throughput.py --model qwen2.5-7b --prompts 16 --offload-policy \
+      --sleep-level 2 --workdir "$WORK"; } &
   wait
   ;;
 steps_tp2)
@@ -74,8 +94,36 @@ rerun)  # what the first pass's fixes unblocked, in one call: varlen update, 0.5
   wait
   run gpu_tests_2gpu 300 0,1 python -m pytest tests/gpu -v -s -rs -p no:cacheprovider -k "tp2"
   ;;
+kernels)  # needs only torch (no vLLM, no Ray): the varlen attention kernel against per-sequence sdpa
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  run gpu_tests_varlen 150 0 "${PYTEST[@]}" tests/gpu/test_varlen_attention_gpu.py
+  ;;
+one_gpu)  # one GPU each, side by side: TP=1 tests, the 1.5B step, main_ppo on GPU 0; 7B (FSDP2 CPU offload, vLLM
+          # sleep level 2), the eager 0.5B launch, the rollout ratio on GPU 1 (later runs only where time is left)
+  {
+    run gpu_tests_tp1 200 0 "${PYTEST[@]}" tests/gpu/test_hybrid_engine_gpu.py -k tp1
+    run step_1.5b 330 0 python bench/step_throughput.py --model qwen2.5-1.5b --steps 2 --workdir "$WORK"
+    run gpu_tests_main_ppo_1gpu 260 0 "${PYTEST[@]}" tests/gpu/test_main_ppo_gpu.py -k 1gpu
+  } &
+  {
+    sleep 20
+    run step_7b 470 1 python bench/step_throughput.py --model qwen2.5-7b --prompts 16 --steps 2 --offload-policy \
+      --sleep-level 2 --workdir "$WORK"
+    run step_0.5b_eager 200 1 python bench/step_throughput.py --model qwen2.5-0.5b --eager --steps 1 --workdir "$WORK"
+    run rollout_0.5b 200 1 python bench/rollout_throughput.py --workdir "$WORK"
+  } &
+  wait
+  ;;
+two_gpu)  # both GPUs: whole steps with rollout TP=2, the TP=2 tests, 7B sync at TP=2, main_ppo on two GPUs
+  run step_0.5b_tp2 300 0,1 python bench/step_throughput.py --model qwen2.5-0.5b --gpus 2 --tp 2 --prompts 256 \
+    --workdir "$WORK"
+  run gpu_tests_tp2 200 0,1 "${PYTEST[@]}" tests/gpu/test_hybrid_engine_gpu.py -k tp2
+  run sync_7b_tp2 150 0,1 torchrun --nproc-per-node 2 bench/weight_sync.py --tp 2 --model qwen2.5-7b --repeats 3 \
+    --workdir "$WORK"
+  run gpu_tests_main_ppo_2gpu 260 0,1 "${PYTEST[@]}" tests/gpu/test_main_ppo_gpu.py -k 2gpu
+  ;;
 *)
-  echo "usage: bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu" >&2
   exit 2
   ;;
 esac
