@@ -9,7 +9,7 @@
 #   bash bench/gpu_suite.sh steps      # whole GRPO steps: 0.5B then 1.5B on GPU 0, 7B (offloaded) on GPU 1
 #   bash bench/gpu_suite.sh steps_tp2  # whole GRPO steps: 0.5B with rollout TP=2 on both GPUs
 #   bash bench/gpu_suite.sh rerun      # one call: varlen update, 0.5B + 1.5B steps, tests/gpu, 7B sync
-#   bash bench/gpu_suite.sh kernels    # tests/gpu/test_varlen_attention_gpu.py (torch only, no vLLM or Ray)
+#   bash bench/gpu_suite.sh kernels    # varlen kernel test, our sync's per-parameter cost (torch only, no vLLM/Ray)
 #   bash bench/gpu_suite.sh one_gpu    # GPU 0: TP=1 tests, main_ppo, 1.5B step | GPU 1: 7B step, eager launch, rollout
 #   bash bench/gpu_suite.sh two_gpu    # 0.5B steps at TP=2, the TP=2 tests, 7B sync at TP=2, main_ppo on 2 GPUs
 set -uo pipefail
@@ -94,9 +94,10 @@ rerun)  # what the first pass's fixes unblocked, in one call: varlen update, 0.5
   wait
   run gpu_tests_2gpu 300 0,1 python -m pytest tests/gpu -v -s -rs -p no:cacheprovider -k "tp2"
   ;;
-kernels)  # needs only torch (no vLLM, no Ray): the varlen attention kernel against per-sequence sdpa
+kernels)  # needs only torch (no vLLM, no Ray): the varlen attention kernel against per-sequence sdpa; sync overhead
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   run gpu_tests_varlen 150 0 "${PYTEST[@]}" tests/gpu/test_varlen_attention_gpu.py
+  run sync_transfer_overhead 60 0 python bench/sync_transfer_overhead.py --device cuda
   ;;
 one_gpu)  # one GPU each, side by side: TP=1 tests, the 1.5B step, main_ppo on GPU 0; 7B (FSDP2 CPU offload, vLLM
           # sleep level 2), the eager 0.5B launch, the rollout ratio on GPU 1 (later runs only where time is left)

@@ -3,6 +3,10 @@
 Per bucket, every rank packs the pieces it owes each peer into one flat buffer (cast to the wire dtype), posts
 all sends and receives at once (`batch_isend_irecv`, so no ordering can deadlock), copies its local pieces, and
 unpacks what arrives into the slices it is assembling. A parameter's slice goes to the sink once complete.
+A slice that needs no assembly (this rank's own shard holds all of it, in one piece: every parameter at TP=1 on
+one rank, column-parallel ones when the TP and FSDP splits agree) goes to the sink as a view of the shard, in the
+shard's dtype: the sink casts while copying it into place (vLLM's loaders do), which saves a copy per parameter.
+What each rank does per bucket is worked out once, when the transfer is built; a sync only runs it.
 Every wait has a timeout; one that expires raises WeightSyncTimeoutError naming this rank, the peer it waited
 for, the bucket and its parameters.
 """
@@ -33,7 +37,9 @@ class SliceSink(Protocol):
     """Where completed TP slices go (the rollout engine of this rank)."""
 
     def load(self, named_slices: list[tuple[str, torch.Tensor]]) -> None:
-        """Takes (HF name, this rank's TP slice of it) for the parameters completed in one bucket."""
+        """Takes (HF name, this rank's TP slice of it) for the parameters completed in one bucket. A slice is in
+        the wire dtype, or a read-only view of the training shard in its own dtype (and device) when it needed no
+        assembly; the sink copies it before the next bucket and casts it to its own dtype."""
 
 
 @dataclass
@@ -70,6 +76,17 @@ def _region(tensor: torch.Tensor, box: Box, row_offset: int, col_offset: int) ->
     return rows
 
 
+@dataclass(frozen=True)
+class _RankBucket:
+    """What one rank does in one bucket: pieces to send and to receive by peer, pieces to copy from its own
+    shards into slices it assembles, and pieces that are whole slices already (handed on as shard views)."""
+
+    sends: tuple[tuple[int, tuple[Piece, ...]], ...]
+    receives: tuple[tuple[int, tuple[Piece, ...], int], ...]  # (peer, pieces, elements)
+    local: tuple[Piece, ...]
+    direct: tuple[Piece, ...]
+
+
 class SlicedTransfer:
     """Executes `plan` on this rank. `shards[name]` is this rank's local FSDP shard (dim-0 rows) of each
     parameter; `group` spans the plan's ranks in order (None: the default group)."""
@@ -89,23 +106,45 @@ class SlicedTransfer:
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.group = group
+        params = plan.params
+        self._needed = [plan.needed(rank, i) for i in range(len(params))]
+        self._first_row = [fsdp_rows(spec.shape[0], plan.world_size, rank)[0] for spec in params]
+        self._shard_shapes = {
+            spec.name: (rows[1] - rows[0], *spec.shape[1:])
+            for spec in params
+            for rows in [fsdp_rows(spec.shape[0], plan.world_size, rank)]
+        }
+        self._loaded_bytes = plan.loaded_bytes(rank)
+        pieces_to_me: dict[int, list[Piece]] = {}
+        for bucket in plan.buckets:
+            for piece in bucket.pieces:
+                if piece.dst == rank:
+                    pieces_to_me.setdefault(piece.param, []).append(piece)
+        whole = {param for param, pieces in pieces_to_me.items() if len(pieces) == 1 and pieces[0].src == rank}
+        self._schedule = []
+        for bucket in plan.buckets:
+            own = bucket.local(rank)
+            self._schedule.append(_RankBucket(
+                sends=tuple((peer, tuple(pieces)) for peer, pieces in bucket.sends(rank).items()),
+                receives=tuple(
+                    (peer, tuple(pieces), sum(p.box.numel(params[p.param].shape) for p in pieces))
+                    for peer, pieces in bucket.receives(rank).items()
+                ),
+                local=tuple(p for p in own if p.param not in whole),
+                direct=tuple(p for p in own if p.param in whole),
+            ))
 
     def _shard_part(self, shards: Mapping[str, torch.Tensor], piece: Piece) -> torch.Tensor:
-        spec = self.plan.params[piece.param]
-        shard = shards[spec.name]
-        start, _ = fsdp_rows(spec.shape[0], self.plan.world_size, self.rank)
-        return _region(shard, piece.box, start, 0)
+        return _region(shards[self.plan.params[piece.param].name], piece.box, self._first_row[piece.param], 0)
 
     def _check_shards(self, shards: Mapping[str, torch.Tensor]) -> None:
-        for spec in self.plan.params:
-            if spec.name not in shards:
-                raise KeyError(f"weight sync: rank {self.rank} has no shard of {spec.name!r}")
-            start, stop = fsdp_rows(spec.shape[0], self.plan.world_size, self.rank)
-            expected = (stop - start, *spec.shape[1:])
-            if tuple(shards[spec.name].shape) != expected:
+        for name, expected in self._shard_shapes.items():
+            if name not in shards:
+                raise KeyError(f"weight sync: rank {self.rank} has no shard of {name!r}")
+            if tuple(shards[name].shape) != expected:
                 raise ValueError(
-                    f"weight sync: rank {self.rank}'s shard of {spec.name!r} has shape "
-                    f"{tuple(shards[spec.name].shape)}, expected {expected} (a dim-0 FSDP2 shard over "
+                    f"weight sync: rank {self.rank}'s shard of {name!r} has shape "
+                    f"{tuple(shards[name].shape)}, expected {expected} (a dim-0 FSDP2 shard over "
                     f"{self.plan.world_size} ranks)"
                 )
 
@@ -115,9 +154,11 @@ class SlicedTransfer:
         start = time.perf_counter()
         slices: dict[int, torch.Tensor] = {}
         sent = received = 0
-        for bucket in self.plan.buckets:
-            s, r = self._run_bucket(bucket, shards, slices)
+        for bucket, mine in zip(self.plan.buckets, self._schedule):
+            s, r = self._run_bucket(bucket, mine, shards, slices)
             sent, received = sent + s, received + r
+            for piece in mine.direct:
+                slices[piece.param] = self._shard_part(shards, piece)
             # A slice with no rows (e.g. vocab padding only) has no pieces; it is still handed on, empty.
             sink.load([(self.plan.params[i].name, self._slice_for(slices, i)) for i in bucket.complete])
             for i in bucket.complete:
@@ -125,7 +166,7 @@ class SlicedTransfer:
         return SyncStats(
             wall_s=time.perf_counter() - start,
             model_bytes=self.plan.model_bytes,
-            loaded_bytes=self.plan.loaded_bytes(self.rank),
+            loaded_bytes=self._loaded_bytes,
             received_bytes=received,
             sent_bytes=sent,
             buckets=len(self.plan.buckets),
@@ -134,41 +175,39 @@ class SlicedTransfer:
 
     def _slice_for(self, slices: dict[int, torch.Tensor], param: int) -> torch.Tensor:
         if param not in slices:
-            spec = self.plan.params[param]
-            box = self.plan.needed(self.rank, param)
-            slices[param] = torch.empty(box.shape(spec.shape), dtype=self.wire_dtype, device=self.device)
+            shape = self._needed[param].shape(self.plan.params[param].shape)
+            slices[param] = torch.empty(shape, dtype=self.wire_dtype, device=self.device)
         return slices[param]
 
     def _place(self, slices: dict[int, torch.Tensor], piece: Piece, data: torch.Tensor) -> None:
         target = self._slice_for(slices, piece.param)
-        need = self.plan.needed(self.rank, piece.param)
+        need = self._needed[piece.param]
         if data.device != target.device:  # CPU-resident shards (offload_policy): copy over, then cast on the device
             data = data.to(target.device)
         _region(target, piece.box, need.row_start, need.col_start).copy_(data)
 
     def _run_bucket(
-        self, bucket, shards: Mapping[str, torch.Tensor], slices: dict[int, torch.Tensor]
+        self, bucket, mine: _RankBucket, shards: Mapping[str, torch.Tensor], slices: dict[int, torch.Tensor]
     ) -> tuple[int, int]:
-        shapes = {i: spec.shape for i, spec in enumerate(self.plan.params)}
+        params = self.plan.params
         ops, outgoing, incoming = [], {}, {}
-        for peer, pieces in bucket.sends(self.rank).items():
+        for peer, pieces in mine.sends:
             parts = [self._shard_part(shards, p).to(self.device, self.wire_dtype).reshape(-1) for p in pieces]
             outgoing[peer] = torch.cat(parts)
             ops.append(dist.P2POp(dist.isend, outgoing[peer], peer, group=self.group))
-        for peer, pieces in bucket.receives(self.rank).items():
-            numel = sum(p.box.numel(shapes[p.param]) for p in pieces)
+        for peer, _, numel in mine.receives:
             incoming[peer] = torch.empty(numel, dtype=self.wire_dtype, device=self.device)
             ops.append(dist.P2POp(dist.irecv, incoming[peer], peer, group=self.group))
         works = dist.batch_isend_irecv(ops) if ops else []
-        for piece in bucket.local(self.rank):
+        for piece in mine.local:
             self._place(slices, piece, self._shard_part(shards, piece))
         for op, work in zip(ops, works):
             self._wait(work, op.peer, "send to" if op.op is dist.isend else "receive from", bucket)
-        for peer, pieces in bucket.receives(self.rank).items():
+        for peer, pieces, _ in mine.receives:
             offset = 0
             for piece in pieces:
-                shape = piece.box.shape(shapes[piece.param])
-                numel = piece.box.numel(shapes[piece.param])
+                shape = piece.box.shape(params[piece.param].shape)
+                numel = piece.box.numel(params[piece.param].shape)
                 self._place(slices, piece, incoming[peer][offset : offset + numel].view(shape))
                 offset += numel
         element = torch.empty((), dtype=self.wire_dtype).element_size()
