@@ -69,6 +69,7 @@ class SlicedWeightSync:
         self.transfer = SlicedTransfer(
             self.plan, engine.dp_rank, self.wire_dtype, get_torch_device(), timeout_s, group
         )
+        self.loader = VLLMSliceLoader(rollout.llm, self.plan.params, shape, rollout.tp_size)
         logger.info(
             "sliced weight sync: %d parameters in %d buckets of <= %d MB; rank %d receives %.1f MB of %.1f MB",
             len(specs), len(self.plan.buckets), bucket_bytes >> 20, engine.dp_rank,
@@ -79,7 +80,7 @@ class SlicedWeightSync:
         """Moves the current weights into vLLM and drops its prefix cache; returns this rank's stats."""
         start = time.perf_counter()
         shards = {name: _local(tensor) for name, tensor in self.engine.named_parameter_shards()}
-        with VLLMSliceLoader(self.rollout.llm, self.plan.params, self.shape, self.rollout.tp_size) as loader:
+        with self.loader as loader:
             stats = self.transfer.run(shards, loader)
         self.rollout.reset_cache()
         stats.wall_s = time.perf_counter() - start

@@ -60,10 +60,13 @@ def _sliced_weight_loader(name: str, offsets: dict[Any, int], padded_rows: int |
 
 
 class VLLMSliceLoader:
-    """Context for one sync into `llm` (an in-process `vllm.LLM` of this rank):
+    """Context for a sync into `llm` (an in-process `vllm.LLM` of this rank), reusable for every sync:
 
         with VLLMSliceLoader(llm, params, shape, tp_size) as loader:
             loader.load([(hf_name, slice), ...])   # any number of times, any grouping of parameters
+
+    Where each TP-split parameter sits and the loader it gets are worked out on the first entry and kept; every
+    entry looks the parameter up again (vLLM may have replaced it) and checks its rows before patching.
     """
 
     def __init__(self, llm: Any, params: tuple[ParamSpec, ...], shape: ModelShape, tp_size: int) -> None:
@@ -74,6 +77,7 @@ class VLLMSliceLoader:
         self.shape = shape
         self.tp_size = tp_size
         self._saved: list[tuple[torch.Tensor, Any]] = []
+        self._targets: list[tuple[str, str, torch.nn.Module, str, int | None, Callable]] | None = None
         self.loaded: set[str] = set()
 
     def _split_params(self) -> dict[str, list[ParamSpec]]:
@@ -83,32 +87,43 @@ class VLLMSliceLoader:
                 by_vllm_name.setdefault(spec.layout.vllm_name, []).append(spec)
         return by_vllm_name
 
-    def _patch(self) -> None:
-        from vllm.model_executor.model_loader.reload.layerwise import make_online_process_loader
-
+    def _find_targets(self) -> list[tuple[str, str, torch.nn.Module, str, int | None, Callable]]:
+        """(vLLM name, an HF name in it, module, attribute, rows expected on this rank, our loader) of every
+        TP-split parameter."""
+        targets = []
         for vllm_name, specs in self._split_params().items():
             module_name, _, attr = vllm_name.rpartition(".")
             try:
                 module = self.model.get_submodule(module_name)
             except AttributeError:
                 raise UnknownLayoutError(f"vLLM's model has no module {module_name!r} for {specs[0].name}") from None
-            param = getattr(module, attr, None)
-            if not isinstance(param, torch.Tensor):
-                raise UnknownLayoutError(f"vLLM's model has no parameter {vllm_name!r} for {specs[0].name}")
             layout = specs[0].layout
             parts = fused_shard_rows(layout, self.shape, self.tp_size)
             destination = local_destination(layout, self.shape, self.tp_size)
             expected_rows = sum(parts.values()) if parts else destination.padded_rows
+            offsets, start = {}, 0
+            for shard, rows in parts.items():
+                offsets[shard], start = start, start + rows
+            loader = _sliced_weight_loader(vllm_name, offsets, destination.padded_rows)
+            targets.append((vllm_name, specs[0].name, module, attr, expected_rows, loader))
+        return targets
+
+    def _patch(self) -> None:
+        from vllm.model_executor.model_loader.reload.layerwise import make_online_process_loader
+
+        if self._targets is None:
+            self._targets = self._find_targets()
+        for vllm_name, hf_name, module, attr, expected_rows, loader in self._targets:
+            param = getattr(module, attr, None)
+            if not isinstance(param, torch.Tensor):
+                raise UnknownLayoutError(f"vLLM's model has no parameter {vllm_name!r} for {hf_name}")
             if expected_rows is not None and param.shape[0] != expected_rows:
                 raise UnknownLayoutError(
                     f"vLLM's {vllm_name} holds {param.shape[0]} rows on this rank; the layout expects "
                     f"{expected_rows} (tensor_model_parallel_size={self.tp_size})"
                 )
-            offsets, start = {}, 0
-            for shard, rows in parts.items():
-                offsets[shard], start = start, start + rows
             self._saved.append((param, getattr(param, "weight_loader", _MISSING)))
-            param.weight_loader = _sliced_weight_loader(vllm_name, offsets, destination.padded_rows)
+            param.weight_loader = loader
             if self.layerwise:
                 # Re-wrap so that vLLM's layerwise buffering calls our loader when the layer is complete.
                 param.weight_loader = make_online_process_loader(module, attr)
@@ -122,6 +137,7 @@ class VLLMSliceLoader:
         self._saved.clear()
 
     def __enter__(self) -> "VLLMSliceLoader":
+        self.loaded = set()
         if self.layerwise:
             from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
