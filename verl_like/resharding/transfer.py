@@ -108,12 +108,9 @@ class SlicedTransfer:
         self.group = group
         params = plan.params
         self._needed = [plan.needed(rank, i) for i in range(len(params))]
-        self._first_row = [fsdp_rows(spec.shape[0], plan.world_size, rank)[0] for spec in params]
-        self._shard_shapes = {
-            spec.name: (rows[1] - rows[0], *spec.shape[1:])
-            for spec in params
-            for rows in [fsdp_rows(spec.shape[0], plan.world_size, rank)]
-        }
+        rows = [fsdp_rows(spec.shape[0], plan.world_size, rank) for spec in params]
+        self._first_row = [start for start, _ in rows]
+        self._shard_shapes = {spec.name: (stop - start, *spec.shape[1:]) for spec, (start, stop) in zip(params, rows)}
         self._loaded_bytes = plan.loaded_bytes(rank)
         pieces_to_me: dict[int, list[Piece]] = {}
         for bucket in plan.buckets:
