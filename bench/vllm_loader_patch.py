@@ -36,7 +36,7 @@ def main() -> None:
     from verl_like.models.tiny import TinyModelSpec, build_tiny_model
     from verl_like.resharding.layout import ModelShape
     from verl_like.resharding.plan import param_specs
-    from verl_like.resharding.vllm_loader import VLLMSliceLoader
+    from verl_like.rollout.vllm_slice_loader import VLLMSliceLoader
     from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine
 
     model_dir = build_tiny_model(Path(tempfile.mkdtemp()) / "model", TinyModelSpec(num_hidden_layers=args.layers))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from verl_like.config.errors import ConfigError
 
 if TYPE_CHECKING:
+    from verl_like.config.pools import ResourcePoolConfig
     from verl_like.config.ppo import PPOConfig
 
 # Estimators whose advantage needs a learned value function (hence a critic).
@@ -27,7 +28,8 @@ class DerivedSizes:
 
     world_size: processes of the actor-rollout-ref group (trainer.nnodes * trainer.n_gpus_per_node); the actor's
       FSDP data-parallel size and, colocated, the critic's.
-    rollout_tp_size / rollout_dp_size: rollout tensor-parallel size and world_size // tp.
+    rollout_tp_size / rollout_dp_size: rollout tensor-parallel size and world_size // tp (server mode: the number
+      of servers).
     samples_per_step: data.train_batch_size * rollout.n sequences generated and trained on per step.
     mini_batches_per_step: optimizer steps per PPO epoch (data.train_batch_size // actor.ppo_mini_batch_size).
     ppo_mini_batch_size_samples: the actor's mini-batch in samples (ppo_mini_batch_size * rollout.n).
@@ -99,13 +101,26 @@ def uses_critic(config: PPOConfig) -> bool:
     return config.algorithm.adv_estimator in VALUE_ESTIMATORS
 
 
+def _server_count(pool: ResourcePoolConfig, tp: int) -> int:
+    if pool.n_gpus_per_node % tp:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide "
+            f"rollout_pool.n_gpus_per_node={pool.n_gpus_per_node} (a server's TP ranks sit on one node); choose a "
+            "TP size that divides it"
+        )
+    return pool.world_size // tp
+
+
 def derive_sizes(config: PPOConfig) -> DerivedSizes:
     """The DerivedSizes of `config`; ConfigError naming the keys when the global sizes do not split evenly."""
     trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
     actor = config.actor_rollout_ref.actor
     world = trainer.world_size
     tp = rollout.tensor_model_parallel_size
-    if world % tp:
+    servers = 0
+    if rollout.mode == "server":
+        servers = len(rollout.server.address) or _server_count(config.rollout_pool, tp)
+    elif world % tp:
         raise ConfigError(
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide the world size {world} "
             f"(trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}); choose a TP "
@@ -127,7 +142,7 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
     return DerivedSizes(
         world_size=world,
         rollout_tp_size=tp,
-        rollout_dp_size=world // tp,
+        rollout_dp_size=servers if rollout.mode == "server" else world // tp,
         samples_per_step=train_batch * n,
         mini_batches_per_step=train_batch // actor.ppo_mini_batch_size,
         ppo_mini_batch_size_samples=samples,

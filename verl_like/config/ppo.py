@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from verl_like.config.algorithm import AlgorithmConfig
 from verl_like.config.data import DataConfig
 from verl_like.config.derived import DerivedSizes, derive_sizes
+from verl_like.config.pools import ResourcePoolConfig
 from verl_like.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl_like.config.roles import ActorRolloutRefConfig, CriticRoleConfig
 from verl_like.config.trainer import TrainerConfig
@@ -19,7 +20,7 @@ class PPOConfig:
 
     data: DataConfig. actor_rollout_ref: ActorRolloutRefConfig (model, actor, rollout, ref).
     critic: CriticRoleConfig. reward_model: RewardModelConfig. custom_reward_function: CustomRewardFunctionConfig.
-    algorithm: AlgorithmConfig. trainer: TrainerConfig.
+    algorithm: AlgorithmConfig. trainer: TrainerConfig. rollout_pool: ResourcePoolConfig (server mode's servers).
     `derived` (not a key) holds the per-rank and per-step sizes computed from these.
     """
 
@@ -30,6 +31,7 @@ class PPOConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    rollout_pool: ResourcePoolConfig = field(default_factory=ResourcePoolConfig)
 
     @functools.cached_property
     def derived(self) -> DerivedSizes:

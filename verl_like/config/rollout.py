@@ -18,6 +18,10 @@ ROLLOUT_NAMES = ("vllm", "hf")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
 WEIGHT_SYNC_MODES = ("sliced", "full")
+ROLLOUT_MODES = ("colocate", "server")
+# verl's rollout.mode values: "sync" (the in-process engine) and "async" (vLLM behind a server interface).
+VERL_MODE_ALIASES = {"sync": "colocate", "async": "server", "hybrid": "colocate"}
+PAUSE_MODES = ("abort", "keep")
 
 
 def _check_sampling(prefix: str, temperature: float, top_p: float, top_k: int, n: int, do_sample: bool) -> None:
@@ -50,8 +54,49 @@ class RolloutValKwargs:
 
 
 @dataclass(frozen=True)
+class RolloutServerConfig:
+    """vLLM servers for `actor_rollout_ref.rollout.mode=server` (`actor_rollout_ref.rollout.server`).
+
+      address: URLs of servers you started yourself (`python -m verl_like.serve MODEL --port P`), e.g.
+        [http://127.0.0.1:8000]; empty starts `rollout_pool` servers under Ray supervision. Their weight
+        endpoints have no auth: keep them on loopback or a private network.
+      start_timeout_s: how long a started server may take to answer /health (2 min is usual on 2 CPU cores).
+      request_timeout_s: bound of one generation request and of every weight-transfer call.
+      pause_mode: what in-flight requests do during a weight update: "abort" ends them, "keep" freezes them and
+        continues them with the new weights after the update.
+      max_concurrent_requests: most completion requests in flight across all servers (one per prompt).
+      extra_args: more vLLM server flags for the servers the trainer starts (e.g. [--max-num-batched-tokens, 8192]).
+    """
+
+    address: tuple[str, ...] = ()
+    start_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0
+    pause_mode: str = "abort"
+    max_concurrent_requests: int = 256
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        p = f"{_P}.server"
+        for url in self.address:
+            if not str(url).startswith(("http://", "https://")):
+                raise ConfigError(f"{p}.address entry {url!r} must be a URL like http://127.0.0.1:8000")
+        if not self.start_timeout_s > 0 or not self.request_timeout_s > 0:
+            raise ConfigError(f"{p}.start_timeout_s and {p}.request_timeout_s must be > 0")
+        if self.pause_mode not in PAUSE_MODES:
+            raise ConfigError(f"{p}.pause_mode={self.pause_mode!r} is not one of {PAUSE_MODES}")
+        if self.max_concurrent_requests < 1:
+            raise ConfigError(f"{p}.max_concurrent_requests={self.max_concurrent_requests} must be >= 1")
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     """How the rollout engine is built and samples (`actor_rollout_ref.rollout`).
+
+    Placement
+      mode: "colocate" (default: the engine lives in every trainer process, verl's hybrid engine) or "server"
+        (vLLM servers on their own pool, `rollout_pool`, or at `server.address`; weights go through vLLM's
+        native weight-transfer API). verl's "sync" and "async" are accepted as colocate and server.
+      server: RolloutServerConfig (server mode only).
 
     Engine
       name: "vllm" (in-process vLLM engine in every worker) or "hf" (HF `generate`, the fallback for models vLLM
@@ -97,6 +142,8 @@ class RolloutConfig:
         error naming it.
     """
 
+    mode: str = "colocate"
+    server: RolloutServerConfig = field(default_factory=RolloutServerConfig)
     name: str = "vllm"
     tensor_model_parallel_size: int = 1
     dtype: str = "bfloat16"
@@ -126,6 +173,13 @@ class RolloutConfig:
     weight_sync_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", VERL_MODE_ALIASES.get(self.mode, self.mode))
+        if self.mode not in ROLLOUT_MODES:
+            raise ConfigError(
+                f"{_P}.mode={self.mode!r} is not one of {ROLLOUT_MODES} (verl's sync/async are accepted too)"
+            )
+        if self.mode == "server" and self.name != "vllm":
+            raise ConfigError(f"{_P}.mode=server serves vLLM; set {_P}.name=vllm (got {self.name!r})")
         if self.name not in ROLLOUT_NAMES:
             raise ConfigError(f"{_P}.name={self.name!r} is not one of {ROLLOUT_NAMES}")
         if self.tensor_model_parallel_size < 1:

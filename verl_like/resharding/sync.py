@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections.abc import Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -21,7 +20,7 @@ from verl_like.engine.base import TrainEngine
 from verl_like.resharding.layout import ModelShape
 from verl_like.resharding.plan import SyncPlan, build_sync_plan, param_specs
 from verl_like.resharding.transfer import SlicedTransfer, SyncStats
-from verl_like.resharding.vllm_loader import VLLMSliceLoader
+from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine
 from verl_like.utils.device import get_torch_device
 
@@ -30,11 +29,6 @@ logger = logging.getLogger(__name__)
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
-def vllm_weight_dtype(rollout: RolloutEngine) -> torch.dtype:
-    """The dtype of the vLLM engine's weights (what goes on the wire)."""
-    return rollout.llm.llm_engine.vllm_config.model_config.dtype
 
 
 class SlicedWeightSync:
@@ -56,7 +50,9 @@ class SlicedWeightSync:
         self.engine = engine
         self.rollout = rollout
         self.shape = shape
-        self.wire_dtype = vllm_weight_dtype(rollout)
+        if not rollout.supports_slice_loading or rollout.weight_dtype is None:
+            raise TypeError(f"{type(rollout).__name__} does not load TP slices; use full-tensor loading")
+        self.wire_dtype = rollout.weight_dtype
         named_shapes = [(name, tuple(tensor.shape)) for name, tensor in engine.named_parameter_shards()]
         element_size = torch.empty((), dtype=self.wire_dtype).element_size()
         specs = param_specs(named_shapes, shape, element_size)
@@ -69,7 +65,7 @@ class SlicedWeightSync:
         self.transfer = SlicedTransfer(
             self.plan, engine.dp_rank, self.wire_dtype, get_torch_device(), timeout_s, group
         )
-        self.loader = VLLMSliceLoader(rollout.llm, self.plan.params, shape, rollout.tp_size)
+        self.loader = rollout.slice_loader(self.plan.params, shape)
         logger.info(
             "sliced weight sync: %d parameters in %d buckets of <= %d MB; rank %d receives %.1f MB of %.1f MB",
             len(specs), len(self.plan.buckets), bucket_bytes >> 20, engine.dp_rank,
@@ -92,27 +88,9 @@ def new_sync_group(timeout_s: float) -> dist.ProcessGroup:
     return dist.new_group(ranks=list(range(dist.get_world_size())), timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def _counted(named: Iterable[tuple[str, torch.Tensor]], counter: list[int]) -> Iterator[tuple[str, torch.Tensor]]:
-    for name, tensor in named:
-        counter[0] += tensor.numel() * tensor.element_size()
-        yield name, tensor
-
-
 def full_weight_sync(engine: TrainEngine, rollout: RolloutEngine) -> SyncStats:
     """Full tensors (gathered one at a time) through the rollout engine's own `load_weights`; the reference path.
 
     Collective over the trainer's group; waits follow that group's timeout.
     """
-    start = time.perf_counter()
-    counter = [0]
-    rollout.load_weights(_counted(engine.full_state_iterator(), counter))
-    world = engine.dp_size
-    return SyncStats(
-        wall_s=time.perf_counter() - start,
-        model_bytes=counter[0],
-        loaded_bytes=counter[0],
-        received_bytes=counter[0] * (world - 1) // world,
-        sent_bytes=counter[0] * (world - 1) // world,
-        buckets=1,
-        mode="full",
-    )
+    return FullTensorTransport(engine, rollout.load_weights).send(engine.global_step)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -102,6 +103,21 @@ class RolloutEngine(abc.ABC):
     @abc.abstractmethod
     def tp_size(self) -> int:
         """Number of processes the engine's tensor-parallel group spans."""
+
+    @property
+    def supports_slice_loading(self) -> bool:
+        """True when the engine takes already-sliced TP pieces straight into its parameters (`slice_loader`), which
+        the colocated sliced transport needs; other engines get full tensors through `load_weights`."""
+        return False
+
+    def slice_loader(self, params: Any, shape: Any) -> Any:
+        """A context manager whose value receives TP slices (resharding/transfer.py's sink protocol)."""
+        raise NotImplementedError(f"{type(self).__name__} loads full tensors only (supports_slice_loading is False)")
+
+    @property
+    def weight_dtype(self) -> torch.dtype | None:
+        """The dtype of the engine's weights (what a transport sends), or None when it takes any."""
+        return None
 
     @property
     def sleep_discards_weights(self) -> bool:

@@ -248,6 +248,20 @@ class VLLMRolloutEngine(RolloutEngine):
     def sleep_discards_weights(self) -> bool:
         return self._sleep_mode and self.options.sleep_level == 2
 
+    @property
+    def supports_slice_loading(self) -> bool:
+        return True
+
+    def slice_loader(self, params: Any, shape: Any) -> Any:
+        """vLLM's TP-split parameters fed slice by slice (rollout/vllm_slice_loader.py)."""
+        from verl_like.rollout.vllm_slice_loader import VLLMSliceLoader
+
+        return VLLMSliceLoader(self.llm, params, shape, self.tp_size)
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return self.llm.llm_engine.vllm_config.model_config.dtype
+
     def shutdown(self) -> None:
         """Releases the engine. vLLM's in-process shutdown (EngineCore.shutdown -> cleanup_dist_env_and_memory)
         also destroys the default torch.distributed process group, even one the caller created: shut the

@@ -49,10 +49,12 @@ class ResourcePool:
         cpus_per_process: float = 1.0,
         name: str = "global_pool",
         ready_timeout_s: float = 120.0,
+        gpus_per_process: int = 1,
     ) -> "ResourcePool":
         """Reserves one placement group per node, `process_on_nodes[i]` bundles each (packed on one node).
 
-        A bundle is {CPU: cpus_per_process} plus {GPU: 1} when device == "cuda". Raises
+        A bundle is {CPU: cpus_per_process} plus {GPU: gpus_per_process} when device == "cuda" (a vLLM server with
+        TP > 1 is one process on several GPUs). Raises
         ResourceUnavailableError naming what is missing if the cluster cannot place them in ready_timeout_s.
         """
         if not process_on_nodes or any(n <= 0 for n in process_on_nodes):
@@ -60,7 +62,7 @@ class ResourcePool:
         ray_resource_name(device)  # validates the device kind
         bundle = {"CPU": cpus_per_process}
         if device == "cuda":
-            bundle["GPU"] = 1.0
+            bundle["GPU"] = float(gpus_per_process)
         groups = [
             placement_group([dict(bundle)] * n, strategy="STRICT_PACK", name=f"{name}_node{i}")
             for i, n in enumerate(process_on_nodes)

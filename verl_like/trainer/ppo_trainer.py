@@ -155,7 +155,7 @@ class PPOTrainer:
         base = self.config.actor_rollout_ref.rollout.seed
         prompts.meta_info["seed"] = (base * 1_000_003 + self.global_step * 7_919 * 131 + attempt * 104_729) % 2**31
         with timed(timings, "gen"):
-            return self._c.actor_rollout.generate_sequences(prompts)
+            return self._c.rollout.generate(prompts)
 
     @property
     def _batch_scorer(self) -> BatchScorer:
@@ -256,7 +256,7 @@ class PPOTrainer:
             meta_info={"do_sample": False},
         )
         with timed(timings, "gen_greedy"):
-            greedy = self._c.actor_rollout.generate_sequences(prompts)
+            greedy = self._c.rollout.generate(prompts)
         greedy.meta_info.pop("metrics", None)
         return self._batch_scorer.score(greedy).scores.sum(-1).repeat_interleave(n)
 
@@ -299,7 +299,7 @@ class PPOTrainer:
                 with timed(timings, "update_actor"):
                     metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
                 with timed(timings, "sync_weights"):
-                    metrics.update(mean_metrics(c.actor_rollout.sync_weights()))
+                    metrics.update(mean_metrics(c.rollout.sync_weights()))
         metrics.update(data_metrics(batch, cfg.data.max_response_length))
         metrics.update(throughput_metrics(batch, timings, c.world_size))
         metrics.update(self._mfu_metrics(batch, timings))
@@ -327,7 +327,7 @@ class PPOTrainer:
         self.last_val_samples = []
         for prompts in c.val_batches():
             prompts.meta_info["validate"] = True
-            out = c.actor_rollout.generate_sequences(prompts)
+            out = c.rollout.generate(prompts)
             sequence_scores = self._batch_scorer.score(out).scores.sum(-1)
             scores.append(sequence_scores)
             sources.extend(out.non_tensor_batch["data_source"].tolist())

@@ -12,6 +12,7 @@ from verl_like.config.ppo import PPOConfig
 from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.worker_group import RoleHandle
+from verl_like.trainer.rollout_handle import ColocatedRollout, ServerModeRollout, start_servers
 from verl_like.utils.device import resolve_device
 from verl_like.utils.flops import TransformerShape
 
@@ -62,6 +63,7 @@ class TrainerComponents:
     """
 
     actor_rollout: RoleHandle
+    rollout: Any  # trainer.rollout_handle: ColocatedRollout or ServerModeRollout
     critic: RoleHandle | None
     reward_manager: Any
     train_loader: Any
@@ -84,16 +86,41 @@ class TrainerComponents:
         return iter(self.val_loader)
 
     def shutdown(self) -> None:
-        try:
-            # Release the rollout engines first (on CPU, TP engines hold shared-memory segments).
-            self.actor_rollout.close(timeout_s=120)
-        except Exception as err:  # a failed run may have lost workers; shutting down must still proceed
-            logger.warning("closing the rollout engines failed: %s", err)
+        self.rollout.close()  # engines or servers first (on CPU, TP engines hold shared-memory segments)
         for group in self.groups:
             group.shutdown()
         for pool in self.pools:
             pool.remove()
         self.reward_manager.close()
+
+
+def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
+                    pending: Any) -> ServerModeRollout:
+    """Starts (or reaches) the vLLM servers, links the actor group to them and sends the weights once."""
+    from verl_like.engine.model_loading import load_hf_config, resolved_overrides
+    from verl_like.rollout.servers import ServerRollout
+    from verl_like.serve import vllm_server_args
+
+    rollout, model, trainer = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model, config.trainer
+    overrides = {}
+    if model.override_config:
+        hf_config = load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
+                                   override_config=dict(model.override_config))
+        overrides = resolved_overrides(hf_config, dict(model.override_config))
+    args = vllm_server_args(rollout, overrides, model.trust_remote_code)
+    clients, supervisors, pool = start_servers(
+        config, model_path, args, resolve_device(trainer.device), trainer.cpus_per_worker,
+        trainer.timeouts.worker_start_timeout_s, log_dir=str(Path(trainer.default_local_dir) / "server_logs"),
+    )
+    servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests)
+    handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool)
+    try:
+        pending.result()
+        actor_rollout.connect_rollout_servers([client.address for client in clients])
+    except BaseException:
+        handle.close()
+        raise
+    return handle
 
 
 def build_components(
@@ -200,12 +227,26 @@ def build_components(
     actor_rollout = group.role("actor_rollout")
     critic = group.role("critic") if derived.use_critic else None
     reward_model = group.role("reward_model") if derived.use_reward_model else None
-    actor_rollout.init_model()
-    for role in (critic, reward_model):
-        if role is not None:
-            role.init_model()
+    pending = actor_rollout.init_model(blocking=False)  # the trainer's models build while servers start
+    rollout = None
+    try:
+        if config.actor_rollout_ref.rollout.mode == "server":
+            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending)
+        else:
+            pending.result()
+            rollout = ColocatedRollout(actor_rollout)
+        for role in (critic, reward_model):
+            if role is not None:
+                role.init_model()
+    except BaseException:
+        if rollout is not None:
+            rollout.close()
+        group.shutdown()
+        pool.remove()
+        raise
     return TrainerComponents(
         actor_rollout=actor_rollout,
+        rollout=rollout,
         critic=critic,
         reward_manager=reward_manager,
         train_loader=train_loader,

@@ -61,3 +61,15 @@ def ray_resource_name(device: str) -> str:
     if device == "cpu":
         return "CPU"
     raise ValueError(f"device={device!r} is not supported; use 'cuda' or 'cpu'")
+
+
+def node_ip_address() -> str:
+    """This node's address as Ray knows it (127.0.0.1 on a loopback-local cluster), else 127.0.0.1."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    return "127.0.0.1"

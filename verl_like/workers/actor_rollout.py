@@ -43,8 +43,8 @@ from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.resharding.layout import ModelShape, UnknownLayoutError
-from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync, new_sync_group
-from verl_like.resharding.transfer import SyncStats
+from verl_like.resharding.transports import WeightTransport
+from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
 from verl_like.single_controller import Dispatch, Worker, register
@@ -103,10 +103,11 @@ class ActorRolloutWorker(Worker):
             self.model_path, total_training_steps=total_training_steps, seed=seed,
             override_config=self.override_config, trust_remote_code=self.trust_remote_code,
         )
-        tp = rollout.tensor_model_parallel_size
-        rollout_dp = rollout.rollout_dp_size(self.world_size)
         self.register_mesh("actor", dp_rank=self.rank, dp_size=self.world_size, is_collect=True)
-        self.register_mesh("rollout", dp_rank=self.rank // tp, dp_size=rollout_dp, is_collect=self.rank % tp == 0)
+        if rollout.mode == "colocate":
+            tp = rollout.tensor_model_parallel_size
+            rollout_dp = rollout.rollout_dp_size(self.world_size)
+            self.register_mesh("rollout", dp_rank=self.rank // tp, dp_size=rollout_dp, is_collect=self.rank % tp == 0)
         warning = stale_policy_warning(type(self))
         if warning:
             logger.warning(warning)
@@ -115,7 +116,7 @@ class ActorRolloutWorker(Worker):
         self.actor: PPOActor | None = None
         self.ref: ReferencePolicy | None = None
         self.rollout: RolloutEngine | None = None
-        self._sliced_sync: SlicedWeightSync | None = None
+        self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
         self._synced_step: int | None = None
         self._weights_awake = self._kv_cache_awake = True  # a new engine is awake
 
@@ -175,14 +176,37 @@ class ActorRolloutWorker(Worker):
             ref_engine = reference_engine_config(self.engine_config, self.ref_config)
             self.ref = ReferencePolicy(FSDPEngine(ref_engine))
             self.ref.engine.offload()
+        if self.rollout_config.mode == "server":
+            # The rollout lives in vLLM servers; connect_rollout_servers() builds the transport to them.
+            self.actor.engine.offload()
+            logger.info("rank %d: actor ready (rollout in servers)", self.rank)
+            return
         if type(self).generate is ActorRolloutWorker.generate:
             self.rollout = self.build_rollout_engine()
-            self._sliced_sync = self._build_sliced_sync()
+        self.transport = self._colocated_transport()
         # A dummy-initialised vLLM must get the weights before it generates; loading them once more is cheap.
         metrics = self._sync_weights()
         self._sleep_rollout()
         self.actor.engine.offload()
         logger.info("rank %d: actor and rollout ready (%s)", self.rank, metrics)
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def connect_rollout_servers(self, addresses: list[str]) -> dict[str, float]:
+        """Server mode: links this group to the vLLM servers at `addresses` (rank 0 sends, through vLLM's
+        weight-transfer API) and sends the current weights once; weight_sync/* metrics."""
+        from verl_like.resharding.transports.server import ServerTransport, ServerTransportOptions
+        from verl_like.utils.device import node_ip_address
+
+        config = self.rollout_config
+        wire_dtype = self.actor.engine.config.param_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
+        options = ServerTransportOptions(
+            bucket_bytes=config.bucket_bytes, timeout_s=config.server.request_timeout_s,
+            pause_mode=config.server.pause_mode, address=node_ip_address(), wire_dtype=wire_dtype,
+        )
+        self.transport = ServerTransport(self._require(self.actor, "connect_rollout_servers").engine,
+                                         list(addresses), options)
+        self._synced_step = None
+        return self._sync_weights()
 
     @register(dispatch=Dispatch.DP_MESH, mesh="rollout")
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -194,6 +218,9 @@ class ActorRolloutWorker(Worker):
         and metrics rollout/tokens_per_s (all ranks' tokens over the slowest rank's time) and weight_sync/*.
         """
         actor = self._require(self.actor, "generate_sequences")
+        if self.rollout_config.mode == "server":
+            raise RuntimeError("generate_sequences: actor_rollout_ref.rollout.mode=server generates in the vLLM "
+                               "servers (trainer/rollout_handle.py), not in the trainer's workers")
         metrics = {}
         if self._synced_step != actor.engine.global_step:
             metrics.update(self._sync_weights())
@@ -283,10 +310,12 @@ class ActorRolloutWorker(Worker):
     def close(self) -> None:
         """Shuts the rollout engine down cleanly (frees its shared memory; a killed process leaks it). Call it
         before the group's shutdown; the worker takes no more calls (vLLM's shutdown ends the process group)."""
+        if self.transport is not None:
+            self.transport.close()
+        self.transport = None
         if self.rollout is not None and hasattr(self.rollout, "shutdown"):
             self.rollout.shutdown()
         self.rollout = None
-        self._sliced_sync = None
 
     # ----- internals -----
 
@@ -320,55 +349,38 @@ class ActorRolloutWorker(Worker):
         finally:
             engine.config = saved
 
-    def _build_sliced_sync(self) -> SlicedWeightSync | None:
-        from verl_like.rollout.vllm import VLLMRolloutEngine
-
+    def _colocated_transport(self) -> WeightTransport | None:
+        """Sliced when the engine loads TP slices and the layout is known; else full tensors into the engine's
+        loader or the user's update_rollout_weights hook; None for a text hook without a weight hook."""
         config = self.rollout_config
-        if config.weight_sync_mode != "sliced" or not isinstance(self.rollout, VLLMRolloutEngine):
-            return None
+        engine = self._require(self.actor, "init_model").engine
         if type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights:
-            return None
-        try:
-            shape = ModelShape.from_hf_config(self.hf_config())
-            return SlicedWeightSync(
-                self.actor.engine, self.rollout, shape, config.bucket_bytes, config.weight_sync_timeout_s,
-                new_sync_group(config.weight_sync_timeout_s),
-            )
-        except UnknownLayoutError as err:
-            logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)
-            return None
+            return FullTensorTransport(engine, self.update_rollout_weights, mode="hook")
+        if self.rollout is None:
+            return None  # a text hook without a weight hook: warned about at construction
+        if config.weight_sync_mode == "sliced" and self.rollout.supports_slice_loading:
+            from verl_like.resharding.transports.colocated_sliced import SlicedTransport
+
+            try:
+                shape = ModelShape.from_hf_config(self.hf_config())
+                return SlicedTransport(engine, self.rollout, shape, config.bucket_bytes, config.weight_sync_timeout_s)
+            except UnknownLayoutError as err:
+                logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)
+        return FullTensorTransport(engine, self.rollout.load_weights)
 
     def _sync_weights(self) -> dict[str, float]:
+        """The one place weights move to the rollout (the driver's sync_weights, a stale or discarded engine
+        before generation, init and resume)."""
         actor = self._require(self.actor, "sync_weights")
-        uses_hook = type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights
-        if self.rollout is None and not uses_hook:
-            return {}  # a text hook without a weight hook: warned about at construction
+        if self.transport is None:
+            return {}
         if self.rollout is not None and not self._weights_awake:
             self.rollout.wake_up(["weights"])  # stage 1: weights only; the KV cache comes back for generation
             self._weights_awake = True
         with self._onloaded(actor.engine):
-            stats = self._sliced_sync() if self._sliced_sync is not None else self._hook_sync(actor.engine)
+            stats = self.transport.send(version=actor.engine.global_step)
         self._synced_step = actor.engine.global_step
         return stats.metrics()
-
-    def _hook_sync(self, engine: FSDPEngine) -> SyncStats:
-        if type(self).update_rollout_weights is ActorRolloutWorker.update_rollout_weights:
-            return full_weight_sync(engine, self.rollout)
-        start = time.perf_counter()
-        count = [0]
-
-        def counted() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, tensor in engine.full_state_iterator():
-                count[0] += tensor.numel() * tensor.element_size()
-                yield name, tensor
-
-        stream = counted()
-        self.update_rollout_weights(stream)
-        for _ in stream:  # the stream is a collective: finish it even if the hook stopped early
-            pass
-        gathered = count[0] * (engine.dp_size - 1) // engine.dp_size  # what the full-tensor all-gathers moved
-        return SyncStats(wall_s=time.perf_counter() - start, model_bytes=count[0], loaded_bytes=count[0],
-                         received_bytes=gathered, sent_bytes=gathered, buckets=1, mode="hook")
 
     def _wake_rollout(self) -> None:
         if self.rollout is None:

@@ -9,6 +9,7 @@ from verl_like.config.loader import load_config
 from verl_like.protocol import DataProto
 from verl_like.trainer.ppo_trainer import PPOTrainer
 from verl_like.trainer.rewarding import BatchScorer
+from verl_like.trainer.rollout_handle import ColocatedRollout
 from verl_like.trainer.setup import TrainerComponents
 
 PROMPTS, N, RESPONSE_LEN = 8, 2, 3
@@ -49,8 +50,9 @@ def _trainer(metric: str) -> PPOTrainer:
                           f"algorithm.filter_groups.metric={metric}", "algorithm.filter_groups.max_num_gen_batches=3",
                           "reward_model.enable=true", "reward_model.model.path=/unused"], check_paths=False)
     trainer = PPOTrainer(config)
+    actor_rollout = FakeActorRollout()
     trainer.components = TrainerComponents(
-        actor_rollout=FakeActorRollout(), critic=None, reward_manager=FakeRewardManager(), train_loader=FakeLoader(),
+        actor_rollout=actor_rollout, rollout=ColocatedRollout(actor_rollout), critic=None, reward_manager=FakeRewardManager(), train_loader=FakeLoader(),
         val_loader=None, needs_reference=False, world_size=2, total_training_steps=1, reward_model=FakeRewardModel(),
     )
     trainer._scorer = BatchScorer(trainer.components.reward_manager, trainer.components.reward_model, "add")

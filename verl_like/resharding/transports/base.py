@@ -1,0 +1,27 @@
+"""`WeightTransport`: how a trainer's fresh weights reach its rollout engine, one implementation per file.
+
+- `colocated_sliced.SlicedTransport`: the hybrid engine; each rollout TP rank receives only its slices from the
+  trainer ranks holding those rows (one torch.distributed world holds both sides).
+- `full.FullTensorTransport`: full tensors through the engine's own loader (the reference path, the fallback for
+  unknown layouts, and a user's `update_rollout_weights` hook).
+- `server.ServerTransport`: vLLM servers, through vLLM's native weight-transfer API.
+Every trainer rank calls `send` together (the gathers are collectives).
+"""
+
+from __future__ import annotations
+
+import abc
+
+from verl_like.resharding.transfer import SyncStats
+
+
+class WeightTransport(abc.ABC):
+    """Moves the trainer's current weights into the rollout engine(s)."""
+
+    @abc.abstractmethod
+    def send(self, version: int) -> SyncStats:
+        """Sends the current weights, tagged with policy `version` (the trainer's optimizer step); this rank's
+        stats."""
+
+    def close(self) -> None:
+        """Releases what the transport holds (groups, connections)."""

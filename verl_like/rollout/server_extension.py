@@ -1,0 +1,119 @@
+"""Imported inside a vLLM server's workers (`--worker-extension-cls`): our gloo weight-transfer engine.
+
+vLLM's native weight-transfer API (`/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`,
+`/finish_weight_update`) drives a `WeightTransferEngine` chosen by `--weight-transfer-config '{"backend": ...}'`.
+vLLM ships nccl and ipc engines, which need a GPU. Importing this module registers "verl_like_gloo": the same
+protocol over a gloo process group, so CPU servers (and CI) run the real server path. It speaks vLLM 0.32's engine
+API (the CPU build we test); GPU servers use vLLM's own nccl/ipc engines.
+
+Protocol (the trainer side is `verl_like/resharding/transports/server.py`):
+- init_info: {master_address, master_port, rank_offset, world_size, timeout_s}. The trainer's sender is rank 0
+  and hosts the TCP store; this worker is rank `rank_offset + dp_index * (TP * PP) + rank`.
+- update_info, one per bucket: {names, shapes, dtype_name}. The sender broadcasts one flat buffer of that dtype
+  holding the bucket's tensors back to back; the worker splits it and hands the tensors to the model's loader.
+- start/finish wrap the bucket loads in vLLM's layerwise reload (CPU linear layers repack their weights after
+  loading, so a bare `load_weights` into the live model fails there).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from vllm.distributed.weight_transfer.base import (
+    WeightTransferEngine,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
+)
+from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+from verl_like.resharding.gloo import gloo_group
+
+logger = logging.getLogger(__name__)
+
+BACKEND = "verl_like_gloo"
+STORE_PREFIX = "verl_like_weights"
+
+
+@dataclass
+class GlooInitInfo(WeightTransferInitInfo):
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    timeout_s: float = 600.0
+
+
+@dataclass
+class GlooUpdateInfo(WeightTransferUpdateInfo):
+    names: list[str]
+    shapes: list[list[int]]
+    dtype_name: str = "float32"
+    sizes: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.shapes):
+            raise ValueError(f"update_info has {len(self.names)} names but {len(self.shapes)} shapes")
+        self.sizes = [int(torch.Size(shape).numel()) for shape in self.shapes]
+
+
+class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
+    """Receives bucketed weights over gloo from the trainer's rank 0 and loads them into this worker's model."""
+
+    init_info_cls = GlooInitInfo
+    update_info_cls = GlooUpdateInfo
+    supports_draft_weight_update = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group: Any = None
+
+    def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
+        parallel = self.parallel_config
+        rank = init_info.rank_offset + parallel.data_parallel_index * parallel.world_size + parallel.rank
+        self.group = gloo_group(
+            init_info.master_address, init_info.master_port, rank, init_info.world_size, init_info.timeout_s,
+            STORE_PREFIX,
+        )
+        logger.info("verl_like gloo weight transfer: worker rank %d of %d joined", rank, init_info.world_size)
+
+    def start_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(self.model)
+
+    def finish_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        finalize_layerwise_reload(self.model, self.model_config)
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        # The base class ends with torch.accelerator.synchronize(), which raises on CPU; gloo is synchronous.
+        self.receive_weights(self.parse_update_info(update_info))
+
+    def receive_weights(self, update_info: GlooUpdateInfo) -> None:
+        if self.group is None:
+            raise RuntimeError("verl_like gloo weight transfer: POST /init_weight_transfer_engine first")
+        flat = torch.empty(sum(update_info.sizes), dtype=getattr(torch, update_info.dtype_name))
+        self.group.broadcast(flat, 0).wait()
+        pieces = flat.split(update_info.sizes)
+        self.model.load_weights(
+            [(name, piece.view(shape)) for name, piece, shape in zip(update_info.names, pieces, update_info.shapes)]
+        )
+
+    def shutdown(self) -> None:
+        self.group = None
+
+
+class WeightTransferExtension:
+    """The `--worker-extension-cls` of our servers; importing its module registered the gloo engine."""
+
+    def verl_like_weight_transfer_backends(self) -> list[str]:
+        """The weight-transfer backends this worker knows (a check reachable through /collective_rpc)."""
+        return sorted(WeightTransferEngineFactory._registry)
+
+
+if BACKEND not in WeightTransferEngineFactory._registry:
+    WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)

