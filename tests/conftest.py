@@ -28,3 +28,48 @@ def verl_like_cache(tmp_path_factory):
     if "VERL_LIKE_CACHE_DIR" not in os.environ:
         os.environ["VERL_LIKE_CACHE_DIR"] = str(tmp_path_factory.mktemp("verl_like_cache"))
     return os.environ["VERL_LIKE_CACHE_DIR"]
+
+
+@pytest.fixture(scope="session")
+def warmstart_model(verl_like_cache):
+    """The embedded default job's policy (the warm-started tiny model), built once per session."""
+    from verl_like.config.loader import load_config
+    from verl_like.trainer.setup import resolve_model_path
+
+    return resolve_model_path(load_config([]))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(warmstart_model, tmp_path_factory):
+    """One vLLM server for the session, started as a user starts one (`python -m verl_like.serve`) on the
+    default policy: fp32, loopback, our gloo weight-transfer engine. Tests that send it weights own it while
+    they run (each connects and syncs its own policy first). Yields its address."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from verl_like.resharding.gloo import free_port
+    from verl_like.rollout.server_client import ServerClient
+
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("vllm_server") / "server.log"
+    log = open(log_path, "wb")
+    command = [sys.executable, "-m", "verl_like.serve", warmstart_model, "--port", str(port),
+               "--dtype", "float32", "--max-model-len", "128", "--max-num-seqs", "128", "--seed", "0"]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"http://127.0.0.1:{port}"
+    client = ServerClient(address, "session server")
+    try:
+        client.wait_healthy(600, alive=lambda: process.poll() is None)
+    except Exception as err:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise RuntimeError(f"{err}\n{log_path.read_text()[-3000:]}") from err
+    yield address
+    client.close()
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+    log.close()

@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 
 logger = logging.getLogger(__name__)
+# httpx logs every request at INFO: thousands of lines per rollout.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class ServerError(RuntimeError):

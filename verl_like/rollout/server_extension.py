@@ -115,5 +115,21 @@ class WeightTransferExtension:
         return sorted(WeightTransferEngineFactory._registry)
 
 
+def _die_with_parent() -> None:
+    """This worker process (vLLM's engine core, or a TP worker under it) gets SIGKILL when its parent dies, so a
+    server whose front process is killed (kill -9, or its supervising Ray actor dying) leaves no engine behind."""
+    import ctypes
+    import os
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: no parent-death signal
+        return
+    if os.getppid() == 1:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_die_with_parent()
 if BACKEND not in WeightTransferEngineFactory._registry:
     WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)

@@ -58,7 +58,7 @@ class ProbeWorker(ActorRolloutWorker):
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def rollout_state(self) -> dict[str, object]:
         return {"asleep": getattr(self.rollout, "_asleep", None), "engine": type(self.rollout).__name__,
-                "sync": "sliced" if self._sliced_sync is not None else "full"}
+                "sync": "sliced" if type(self.transport).__name__ == "SlicedTransport" else "full"}
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def rollout_weights(self) -> dict[str, torch.Tensor]:
