@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass, field
 
 from verl_like.config.algorithm import AlgorithmConfig
+from verl_like.config.async_training import AsyncTrainingConfig
 from verl_like.config.data import DataConfig
 from verl_like.config.derived import DerivedSizes, derive_sizes
 from verl_like.config.pools import ResourcePoolConfig
@@ -21,6 +22,7 @@ class PPOConfig:
     data: DataConfig. actor_rollout_ref: ActorRolloutRefConfig (model, actor, rollout, ref).
     critic: CriticRoleConfig. reward_model: RewardModelConfig. custom_reward_function: CustomRewardFunctionConfig.
     algorithm: AlgorithmConfig. trainer: TrainerConfig. rollout_pool: ResourcePoolConfig (server mode's servers).
+    async_training: AsyncTrainingConfig (generation overlapping the update).
     `derived` (not a key) holds the per-rank and per-step sizes computed from these.
     """
 
@@ -32,6 +34,7 @@ class PPOConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout_pool: ResourcePoolConfig = field(default_factory=ResourcePoolConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 
     @functools.cached_property
     def derived(self) -> DerivedSizes:

@@ -33,6 +33,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     _check_reward_roles(config)
     _check_schedule(config)
     _check_cluster(config)
+    _check_async(config)
     config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
     if check_paths:
         _check_paths(config)
@@ -42,6 +43,22 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     for message in warnings:
         logger.warning("config: %s", message)
     return warnings
+
+
+def _check_async(config: PPOConfig) -> None:
+    async_training, rollout = config.async_training, config.actor_rollout_ref.rollout
+    if not async_training.enable:
+        return
+    if rollout.mode != "server":
+        raise ConfigError(
+            "async_training.enable=true overlaps generation with the update, which needs the rollout in its own "
+            "processes: set actor_rollout_ref.rollout.mode=server (the colocated engine shares the trainer's process)"
+        )
+    if config.algorithm.filter_groups.enable:
+        raise ConfigError(
+            "async_training.enable=true with algorithm.filter_groups.enable=true is not supported (dynamic sampling "
+            "draws a variable number of batches); turn one of them off"
+        )
 
 
 def _check_lengths(config: PPOConfig) -> None:
@@ -301,6 +318,12 @@ def _warnings(config: PPOConfig) -> list[str]:
         warnings.append(
             "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true both penalise the KL to "
             "the reference, so it is counted twice; usually one of them is meant"
+        )
+    if config.async_training.staleness > 0 and not algo.rollout_is:
+        warnings.append(
+            f"async_training.staleness={config.async_training.staleness} trains on samples of older policies without "
+            "an importance correction; set algorithm.rollout_is=true to weight each token by old/rollout "
+            "probability (truncated at algorithm.rollout_is_threshold)"
         )
     if config.critic.enable and algo.adv_estimator not in VALUE_ESTIMATORS:
         warnings.append(

@@ -31,6 +31,7 @@ from verl_like.algorithms import (
     filter_zero_variance_groups,
 )
 from verl_like.protocol import DataProto
+from verl_like.trainer.async_rollout import RolloutPrefetcher
 from verl_like.trainer.balance import balance_batch
 from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_state
 from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, throughput_metrics, timed
@@ -82,6 +83,8 @@ class PPOTrainer:
             part_limits={"actor": config.trainer.max_actor_ckpt_to_keep, "critic": config.trainer.max_critic_ckpt_to_keep},
         )
         self.tracking: Tracking | None = None
+        self._prefetcher: RolloutPrefetcher | None = None
+        self._staleness_counts: dict[int, int] = {}
 
     # ------------------------------------------------------------------ setup
     def init_workers(self) -> None:
@@ -142,20 +145,40 @@ class PPOTrainer:
             self._c.critic.save_checkpoint(str(staging / "critic"))
         state = {
             "step": self.global_step,
-            "dataloader": self._c.train_loader.state_dict(),
+            "dataloader": (self._prefetcher.loader_state() if self._prefetcher is not None
+                           else self._c.train_loader.state_dict()),
             "kl_coef": float(self.kl_ctrl.value),
             "rng": rng_state(),
         }
         self.checkpoints.commit(self.global_step, staging, state)
 
     # ------------------------------------------------------------------ phases
-    def _generate(self, prompts: DataProto, timings: dict[str, float], attempt: int = 0) -> DataProto:
+    def _rollout(self, prompts: DataProto, step: int, attempt: int = 0) -> DataProto:
+        """The rollout of `prompts` for training step `step` (the asynchronous driver calls it ahead of time)."""
         prompts.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(prompts))], dtype=object)
         # Seeded by step (and dynamic-sampling attempt) so a resumed run samples what the uninterrupted one did.
         base = self.config.actor_rollout_ref.rollout.seed
-        prompts.meta_info["seed"] = (base * 1_000_003 + self.global_step * 7_919 * 131 + attempt * 104_729) % 2**31
+        prompts.meta_info["seed"] = (base * 1_000_003 + step * 7_919 * 131 + attempt * 104_729) % 2**31
+        return self._c.rollout.generate(prompts)
+
+    def _generate(self, prompts: DataProto, timings: dict[str, float], attempt: int = 0) -> DataProto:
         with timed(timings, "gen"):
-            return self._c.rollout.generate(prompts)
+            return self._rollout(prompts, self.global_step, attempt)
+
+    def _prefetched(self, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
+        """The asynchronous driver's batch for this step (generated in the background, at most K versions old)."""
+        got = self._prefetcher.next(self.global_step, version=self.global_step)
+        lag = self.global_step - got.version
+        self._staleness_counts[lag] = self._staleness_counts.get(lag, 0) + 1
+        timings["gen_wait"] = got.wait_s
+        metrics.update({
+            "async/weight_version": float(got.version),
+            "async/staleness": float(lag),
+            "async/generate_s": got.generate_s,
+            "async/overlap_fraction": max(0.0, 1.0 - got.wait_s / got.generate_s) if got.generate_s > 0 else 0.0,
+            **{f"async/staleness_count/{k}": float(v) for k, v in sorted(self._staleness_counts.items())},
+        })
+        return got.batch
 
     @property
     def _batch_scorer(self) -> BatchScorer:
@@ -191,6 +214,8 @@ class PPOTrainer:
         """Generates and scores one step's batch; with DAPO dynamic sampling, keeps only groups with reward
         variance and generates more prompts until `train_batch_size` groups are kept (bounded)."""
         filters = self.config.algorithm.filter_groups
+        if self._prefetcher is not None:
+            return self._score(self._prefetched(timings, metrics), timings, metrics)
         if not filters.enable:
             return self._score(self._generate(self._c.train_loader.next_batch(), timings), timings, metrics)
         n = self.config.actor_rollout_ref.rollout.n
@@ -298,6 +323,8 @@ class PPOTrainer:
             if self.global_step >= cfg.trainer.critic_warmup:
                 with timed(timings, "update_actor"):
                     metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
+                if self._prefetcher is not None and not cfg.async_training.partial_rollout:
+                    timings["gen_drain"] = self._prefetcher.drain()  # samples never mix two weight versions
                 with timed(timings, "sync_weights"):
                     metrics.update(mean_metrics(c.rollout.sync_weights()))
         metrics.update(data_metrics(batch, cfg.data.max_response_length))
@@ -353,6 +380,9 @@ class PPOTrainer:
         self.tracking = Tracking(cfg.logger, self.run_dir, cfg.project_name, cfg.experiment_name, self.config_dict())
         generations = ValGenerationLogger(cfg.logger, self.run_dir) if cfg.log_val_generations else None
         total = self._c.total_training_steps
+        if self.config.async_training.enable:
+            self._prefetcher = RolloutPrefetcher(self._rollout, self._c.train_loader,
+                                                 self.config.async_training.staleness, self.global_step, total)
         progress = Progress(total=total, start=self.global_step)
         last: dict[str, float] = {}
         try:
@@ -375,6 +405,9 @@ class PPOTrainer:
                 progress.update(self.global_step, metrics)
                 last = metrics
         finally:
+            if self._prefetcher is not None:
+                self._prefetcher.close()
+                self._prefetcher = None
             progress.close()
             self.tracking.close()
             if generations is not None:

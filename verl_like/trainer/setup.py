@@ -116,7 +116,9 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
     handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool)
     try:
         pending.result()
-        actor_rollout.connect_rollout_servers([client.address for client in clients])
+        # Partial rollout freezes in-flight requests across an update instead of waiting for them.
+        pause_mode = "keep" if config.async_training.partial_rollout else rollout.server.pause_mode
+        actor_rollout.connect_rollout_servers([client.address for client in clients], pause_mode)
     except BaseException:
         handle.close()
         raise

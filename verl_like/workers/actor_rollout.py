@@ -191,9 +191,10 @@ class ActorRolloutWorker(Worker):
         logger.info("rank %d: actor and rollout ready (%s)", self.rank, metrics)
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
-    def connect_rollout_servers(self, addresses: list[str]) -> dict[str, float]:
+    def connect_rollout_servers(self, addresses: list[str], pause_mode: str | None = None) -> dict[str, float]:
         """Server mode: links this group to the vLLM servers at `addresses` (rank 0 sends, through vLLM's
-        weight-transfer API) and sends the current weights once; weight_sync/* metrics."""
+        weight-transfer API) and sends the current weights once; weight_sync/* metrics. pause_mode: what in-flight
+        requests do during an update ("abort" or "keep"; default rollout.server.pause_mode)."""
         from verl_like.resharding.transports.server import ServerTransport, ServerTransportOptions
         from verl_like.utils.device import node_ip_address
 
@@ -201,7 +202,7 @@ class ActorRolloutWorker(Worker):
         wire_dtype = self.actor.engine.config.param_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
         options = ServerTransportOptions(
             bucket_bytes=config.bucket_bytes, timeout_s=config.server.request_timeout_s,
-            pause_mode=config.server.pause_mode, address=node_ip_address(), wire_dtype=wire_dtype,
+            pause_mode=pause_mode or config.server.pause_mode, address=node_ip_address(), wire_dtype=wire_dtype,
         )
         self.transport = ServerTransport(self._require(self.actor, "connect_rollout_servers").engine,
                                          list(addresses), options)

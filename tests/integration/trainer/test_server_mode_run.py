@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_main_ppo import _main_ppo, _run
+from test_main_ppo import DETERMINISTIC, _main_ppo, _run
 
 from verl_like.utils.tracking import read_metrics
 
@@ -86,3 +86,37 @@ def test_a_killed_server_ends_the_job_naming_it_and_nothing_is_left(cache_dir, t
     while set(vllm_processes()) != set(before) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert set(vllm_processes()) == set(before), vllm_processes()
+
+
+SERVER = ["actor_rollout_ref.rollout.mode=server"]
+
+
+def test_async_driver_at_staleness_zero_reproduces_the_synchronous_run(cache_dir, tmp_path, vllm_server):
+    common = ["+trainer=ci_smoke", *SERVER, f"actor_rollout_ref.rollout.server.address=[{vllm_server}]",
+              "trainer.total_training_steps=3", "trainer.test_freq=-1"]
+    _run([*common, f"trainer.default_local_dir={tmp_path / 'sync'}"], cache_dir)
+    _run([*common, "async_training.enable=true", "async_training.staleness=0",
+          f"trainer.default_local_dir={tmp_path / 'async'}"], cache_dir)
+    expected = read_metrics(tmp_path / "sync" / "metrics.jsonl")
+    got = read_metrics(tmp_path / "async" / "metrics.jsonl")
+    assert [r["step"] for r in got] == [r["step"] for r in expected] == [1, 2, 3]
+    for want, have in zip(expected, got):
+        assert have["async/staleness"] == 0.0 and have["async/weight_version"] == have["step"] - 1
+        for key in DETERMINISTIC:
+            assert have[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), (have["step"], key)
+
+
+def test_async_driver_at_staleness_one_raises_the_held_out_reward(cache_dir, tmp_path, vllm_server):
+    _run([*SERVER, f"actor_rollout_ref.rollout.server.address=[{vllm_server}]", "async_training.enable=true",
+          "async_training.staleness=1", "algorithm.rollout_is=true", "trainer.total_training_steps=20",
+          "trainer.test_freq=10", f"trainer.default_local_dir={tmp_path}"], cache_dir)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    val = {r["step"]: r["val/score/mean"] for r in records if "val/score/mean" in r}
+    assert val[0] <= 0.3, val
+    assert val[20] >= 0.6 and val[20] >= val[0] + 0.3, val
+    trained = [r for r in records if r["step"] > 0]
+    # Recorded versions: every batch after the first was generated one policy version behind, never more.
+    assert [r["async/staleness"] for r in trained] == [0.0] + [1.0] * 19
+    assert all(r["async/weight_version"] == r["step"] - 1 - r["async/staleness"] for r in trained)
+    assert trained[-1]["async/staleness_count/1"] == 19.0
+    assert all("rollout_is/mean" in r or any(k.startswith("rollout_is/") for k in r) for r in trained)

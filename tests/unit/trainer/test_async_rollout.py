@@ -1,0 +1,113 @@
+"""RolloutPrefetcher's bookkeeping (pure logic; a counting loader and an instant generator stand in for the rest)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from verl_like.protocol import DataProto
+from verl_like.trainer.async_rollout import RolloutPrefetcher
+
+
+class CountingLoader:
+    """Batch i holds prompt ids [2i, 2i+1]; its state is the number of batches drawn."""
+
+    def __init__(self) -> None:
+        self.position = 0
+
+    def next_batch(self) -> DataProto:
+        batch = DataProto(meta_info={"prompt_ids": [2 * self.position, 2 * self.position + 1]})
+        self.position += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = state["position"]
+
+
+def generated(prompts: DataProto, step: int) -> DataProto:
+    return DataProto(meta_info={**prompts.meta_info, "step": step})
+
+
+def train(prefetcher: RolloutPrefetcher, steps: range, trained: list[int]) -> list[tuple[int, int]]:
+    """Runs the loop's order: next batch at the policy version = step, drain, sync (version + 1)."""
+    versions = []
+    for step in steps:
+        got = prefetcher.next(step, version=step)
+        assert got.batch.meta_info["step"] == step
+        trained.extend(got.batch.meta_info["prompt_ids"])
+        versions.append((step, got.version))
+        prefetcher.drain()
+    return versions
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 2, 3])
+def test_no_batch_lags_more_than_k_versions_and_the_lag_is_k_once_warm(staleness):
+    prefetcher = RolloutPrefetcher(generated, CountingLoader(), staleness, start_step=0, total_steps=10)
+    trained: list[int] = []
+    versions = train(prefetcher, range(10), trained)
+    prefetcher.close()
+    lags = [step - version for step, version in versions]
+    assert all(0 <= lag <= staleness for lag in lags)
+    assert lags[staleness:] == [staleness] * (10 - staleness)  # after the first K steps every batch lags by K
+    assert trained == list(range(20))  # data order is the synchronous loop's
+
+
+def test_zero_staleness_generates_each_batch_after_the_previous_sync():
+    launched_at: list[int] = []
+    loader = CountingLoader()
+
+    def generate(prompts, step):
+        launched_at.append(loader.position)
+        return generated(prompts, step)
+
+    prefetcher = RolloutPrefetcher(generate, loader, 0, start_step=0, total_steps=4)
+    train(prefetcher, range(4), [])
+    assert launched_at == [1, 2, 3, 4]  # one batch drawn at a time: nothing runs ahead of the policy
+
+
+def test_checkpoint_state_resumes_without_losing_or_repeating_prompts():
+    """A run killed after step 3's checkpoint (batches 4 and 5 already drawn and generating) resumes at batch 4."""
+    loader = CountingLoader()
+    prefetcher = RolloutPrefetcher(generated, loader, 2, start_step=0, total_steps=8)
+    trained: list[int] = []
+    train(prefetcher, range(4), trained)
+    saved = prefetcher.loader_state()
+    assert loader.position == 6 and saved == {"position": 4}
+    prefetcher.close()
+
+    resumed_loader = CountingLoader()
+    resumed_loader.load_state_dict(saved)
+    resumed = RolloutPrefetcher(generated, resumed_loader, 2, start_step=4, total_steps=8)
+    train(resumed, range(4, 8), trained)
+    resumed.close()
+    assert trained == list(range(16))
+
+
+def test_a_failed_generation_raises_at_the_drain_before_the_sync():
+    def generate(prompts, step):
+        if step == 1:
+            raise ConnectionError("server 0 is gone")
+        return generated(prompts, step)
+
+    prefetcher = RolloutPrefetcher(generate, CountingLoader(), 1, start_step=0, total_steps=4)
+    prefetcher.next(0, version=0)  # launches step 1 in the background
+    with pytest.raises(ConnectionError, match="server 0 is gone"):
+        prefetcher.drain()
+    prefetcher.close()
+
+
+def test_generation_runs_off_the_trainer_thread():
+    threads = []
+
+    def generate(prompts, step):
+        threads.append(threading.current_thread().name)
+        return generated(prompts, step)
+
+    prefetcher = RolloutPrefetcher(generate, CountingLoader(), 1, start_step=0, total_steps=2)
+    train(prefetcher, range(2), [])
+    prefetcher.close()
+    assert threads and all(name.startswith("rollout-prefetch") for name in threads)
