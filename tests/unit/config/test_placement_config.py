@@ -1,0 +1,51 @@
+"""Placement and asynchronous-training keys: refused before anything starts, with the key and the fix named."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from verl_like.config.errors import ConfigError
+from verl_like.config.loader import load_config
+
+SERVER = "actor_rollout_ref.rollout.mode=server"
+
+
+@pytest.mark.parametrize("value, mode", [("colocate", "colocate"), ("server", "server"), ("sync", "colocate"),
+                                         ("async", "server")])
+def test_rollout_mode_accepts_ours_and_verls_names(value, mode):
+    assert load_config([f"actor_rollout_ref.rollout.mode={value}"]).actor_rollout_ref.rollout.mode == mode
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["actor_rollout_ref.rollout.mode=servers"], r"actor_rollout_ref.rollout.mode='servers' is not one of"),
+    ([SERVER, "actor_rollout_ref.rollout.name=hf"], r"mode=server serves vLLM; set actor_rollout_ref.rollout.name"),
+    ([SERVER, "actor_rollout_ref.rollout.server.address=[127.0.0.1:8000]"], r"must be a URL like http://"),
+    ([SERVER, "actor_rollout_ref.rollout.server.pause_mode=wait"], r"server.pause_mode='wait' is not one of"),
+    ([SERVER, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "rollout_pool.n_gpus_per_node=3"],
+     r"tensor_model_parallel_size=2 does not divide rollout_pool.n_gpus_per_node=3"),
+    (["rollout_pool.nnodes=0"], r"rollout_pool.nnodes=0 .* must both be >= 1"),
+    (["async_training.enable=true"], r"set actor_rollout_ref.rollout.mode=server"),
+    (["async_training.staleness=1"], r"take effect only with async_training.enable=true"),
+    ([SERVER, "async_training.enable=true", "async_training.partial_rollout=true"],
+     r"partial_rollout=true needs async_training.staleness >= 1"),
+    ([SERVER, "async_training.enable=true", "algorithm.filter_groups.enable=true"], r"turn one of them off"),
+])
+def test_bad_placement_and_async_settings_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides)
+
+
+def test_server_mode_sizes_servers_by_the_rollout_pool_not_the_trainer_world():
+    config = load_config([SERVER, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "rollout_pool.nnodes=2",
+                          "rollout_pool.n_gpus_per_node=4", "trainer.n_gpus_per_node=1"])
+    assert config.derived.rollout_dp_size == 4  # 2 nodes x 4 devices / TP 2; TP needs not divide the trainer's 1
+    external = load_config([SERVER, "actor_rollout_ref.rollout.server.address=[http://a:1,http://b:2]"])
+    assert external.derived.rollout_dp_size == 2
+
+
+def test_staleness_without_importance_correction_warns(caplog):
+    with caplog.at_level(logging.WARNING):
+        load_config([SERVER, "async_training.enable=true", "async_training.staleness=1"])
+    assert "set algorithm.rollout_is=true" in caplog.text
