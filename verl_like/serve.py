@@ -25,6 +25,7 @@ from verl_like.utils.env import default_env
 
 EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
 CPU_BACKEND = "verl_like_gloo"
+SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
 
 
 def server_command(
@@ -110,7 +111,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         device=device, extra_args=extra,
     )
     print("verl_like.serve:", " ".join(command), flush=True)
-    os.execvpe(command[0], command, server_env(device, args.tensor_parallel_size))
+    env = server_env(device, args.tensor_parallel_size)
+    # This process becomes the server (exec keeps the pid); its engine processes end when it does
+    # (verl_like.rollout.server_extension watches it).
+    env[SERVER_PID_ENV] = str(os.getpid())
+    os.execvpe(command[0], command, env)
 
 
 if __name__ == "__main__":

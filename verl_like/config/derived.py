@@ -135,9 +135,10 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
     critic_sizes: tuple[int | None, int | None, int | None] = (None, None, None)
     if use_critic:
         critic = config.critic
+        critic_world = world if config.critic_pool.colocated else config.critic_pool.world_size
         critic_sizes = _mini_batch_split(
             critic.PREFIX, critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu, critic.use_dynamic_bsz,
-            n, world, train_batch,
+            n, critic_world, train_batch,
         )
     return DerivedSizes(
         world_size=world,

@@ -29,3 +29,30 @@ class ResourcePoolConfig:
     @property
     def world_size(self) -> int:
         return self.nnodes * self.n_gpus_per_node
+
+
+@dataclass(frozen=True)
+class RolePoolConfig:
+    """`critic_pool` / `reward_model_pool`: a role's own devices (verl's pool mapping); 0 and 0 (the default)
+    keep the role colocated with the actor, in the same processes on the same devices.
+
+      nnodes / n_gpus_per_node: the role's group spans nnodes * n_gpus_per_node processes of its own.
+    """
+
+    nnodes: int = 0
+    n_gpus_per_node: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.nnodes == 0) != (self.n_gpus_per_node == 0) or self.nnodes < 0 or self.n_gpus_per_node < 0:
+            raise ConfigError(
+                f"a role pool's nnodes={self.nnodes} and n_gpus_per_node={self.n_gpus_per_node} must both be >= 1 "
+                "(a pool of its own) or both 0 (colocated with the actor)"
+            )
+
+    @property
+    def colocated(self) -> bool:
+        return self.nnodes == 0
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.n_gpus_per_node

@@ -9,7 +9,7 @@ from verl_like.config.algorithm import AlgorithmConfig
 from verl_like.config.async_training import AsyncTrainingConfig
 from verl_like.config.data import DataConfig
 from verl_like.config.derived import DerivedSizes, derive_sizes
-from verl_like.config.pools import ResourcePoolConfig
+from verl_like.config.pools import ResourcePoolConfig, RolePoolConfig
 from verl_like.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl_like.config.roles import ActorRolloutRefConfig, CriticRoleConfig
 from verl_like.config.trainer import TrainerConfig
@@ -23,6 +23,7 @@ class PPOConfig:
     critic: CriticRoleConfig. reward_model: RewardModelConfig. custom_reward_function: CustomRewardFunctionConfig.
     algorithm: AlgorithmConfig. trainer: TrainerConfig. rollout_pool: ResourcePoolConfig (server mode's servers).
     async_training: AsyncTrainingConfig (generation overlapping the update).
+    critic_pool / reward_model_pool: RolePoolConfig (a role on devices of its own; default colocated).
     `derived` (not a key) holds the per-rank and per-step sizes computed from these.
     """
 
@@ -35,6 +36,8 @@ class PPOConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout_pool: ResourcePoolConfig = field(default_factory=ResourcePoolConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    critic_pool: RolePoolConfig = field(default_factory=RolePoolConfig)
+    reward_model_pool: RolePoolConfig = field(default_factory=RolePoolConfig)
 
     @functools.cached_property
     def derived(self) -> DerivedSizes:

@@ -115,21 +115,36 @@ class WeightTransferExtension:
         return sorted(WeightTransferEngineFactory._registry)
 
 
-def _die_with_parent() -> None:
-    """This worker process (vLLM's engine core, or a TP worker under it) gets SIGKILL when its parent dies, so a
-    server whose front process is killed (kill -9, or its supervising Ray actor dying) leaves no engine behind."""
-    import ctypes
+def _end_with_the_server() -> None:
+    """Ends this worker process (and the engine process above it) once the server's front process is gone.
+
+    vLLM's engine core and its workers outlive a front process killed with SIGKILL (seen: minutes). Our servers
+    start through `python -m verl_like.serve`, which names the front process in VERL_LIKE_SERVER_PID; a daemon
+    thread here checks it every second.
+    """
     import os
     import signal
+    import threading
+    import time
 
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # not Linux: no parent-death signal
+    server_pid = int(os.environ.get("VERL_LIKE_SERVER_PID", "0"))
+    if not server_pid or server_pid == os.getpid():
         return
-    if os.getppid() == 1:  # the parent died before the signal was armed
-        os.kill(os.getpid(), signal.SIGKILL)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(server_pid, 0)
+            except ProcessLookupError:
+                parent = os.getppid()
+                if parent not in (1, server_pid):
+                    os.kill(parent, signal.SIGKILL)  # the engine core between the server and this worker
+                os._exit(1)
+
+    threading.Thread(target=watch, name="verl-like-server-watch", daemon=True).start()
 
 
-_die_with_parent()
+_end_with_the_server()
 if BACKEND not in WeightTransferEngineFactory._registry:
     WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)

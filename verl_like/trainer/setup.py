@@ -203,6 +203,7 @@ def build_components(
         )
     }
     critic_path = config.critic.model.path or model_path
+    own: dict[str, tuple[RoleSpec, Any]] = {}  # roles on pools of their own (critic_pool, reward_model_pool)
     if derived.use_critic:
         roles["critic"] = RoleSpec(
             critic_worker or CriticWorker,
@@ -218,7 +219,10 @@ def build_components(
             reward_model_worker or RewardModelWorker,
             kwargs={"config": config.reward_model, "seed": config.data.seed},
         )
-    # Every role of a rank lives in one process (the hybrid engine): they share the device and its memory.
+    for name, pool_config in (("critic", config.critic_pool), ("reward_model", config.reward_model_pool)):
+        if name in roles and not pool_config.colocated:
+            own[name] = (roles.pop(name), pool_config)
+    # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
     group = WorkerGroup(
         pool,
         roles,
@@ -226,12 +230,25 @@ def build_components(
         default_timeout_s=trainer.timeouts.worker_call_timeout_s,
         init_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
+    groups, pools = [group], [pool]
     actor_rollout = group.role("actor_rollout")
-    critic = group.role("critic") if derived.use_critic else None
-    reward_model = group.role("reward_model") if derived.use_reward_model else None
     pending = actor_rollout.init_model(blocking=False)  # the trainer's models build while servers start
     rollout = None
     try:
+        handles = {name: group.role(name) for name in ("critic", "reward_model") if name in roles}
+        for name, (spec, pool_config) in own.items():
+            role_pool = ResourcePool.create(
+                [pool_config.n_gpus_per_node] * pool_config.nnodes, device=resolve_device(trainer.device),
+                cpus_per_process=trainer.cpus_per_worker, name=f"{name}_pool",
+                ready_timeout_s=trainer.timeouts.worker_start_timeout_s,
+            )
+            pools.append(role_pool)
+            groups.append(WorkerGroup(
+                role_pool, {name: spec}, name=name, default_timeout_s=trainer.timeouts.worker_call_timeout_s,
+                init_timeout_s=trainer.timeouts.worker_start_timeout_s,
+            ))
+            handles[name] = groups[-1].role(name)
+        critic, reward_model = handles.get("critic"), handles.get("reward_model")
         if config.actor_rollout_ref.rollout.mode == "server":
             rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending)
         else:
@@ -243,8 +260,10 @@ def build_components(
     except BaseException:
         if rollout is not None:
             rollout.close()
-        group.shutdown()
-        pool.remove()
+        for each in groups:
+            each.shutdown()
+        for each in pools:
+            each.remove()
         raise
     return TrainerComponents(
         actor_rollout=actor_rollout,
@@ -260,6 +279,6 @@ def build_components(
         tokenizer=tokenizer,
         actor_shape=model_shape(model_path, model.trust_remote_code),
         critic_shape=model_shape(critic_path, config.critic.model.trust_remote_code) if derived.use_critic else None,
-        groups=[group],
-        pools=[pool],
+        groups=groups,
+        pools=pools,
     )

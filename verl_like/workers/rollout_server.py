@@ -1,7 +1,8 @@
 """`RolloutServerWorker`: a Ray actor on the rollout pool that starts one vLLM server and supervises it.
 
-The server (`python -m verl_like.serve`) is a child process tied to the actor: it dies with the actor even on
-kill -9 (the kernel's parent-death signal), and `stop()` ends its whole process group. Its output goes to a log
+The server (`python -m verl_like.serve`, which execs vLLM's) is a child process tied to the actor: it dies with the
+actor even on kill -9 (the kernel's parent-death signal), its engine processes end with it (they watch it), and
+`stop()` ends its whole process group. Its output goes to a log
 file whose tail the driver shows when the server fails.
 """
 
@@ -12,11 +13,11 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from verl_like.resharding.gloo import free_port
-from verl_like.serve import server_command, server_env
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +51,14 @@ class RolloutServerWorker:
     def start(self) -> str:
         """Launches the server process; returns its address (http://host:port)."""
         port = free_port(self.host)
-        command = server_command(
-            self.model_path, port=port, host=self.host, tensor_parallel_size=self.tensor_parallel_size,
-            device=self.device, extra_args=self.extra_args,
-        )
+        command = [
+            sys.executable, "-m", "verl_like.serve", self.model_path, "--port", str(port), "--host", self.host,
+            "--tensor-parallel-size", str(self.tensor_parallel_size), "--device", self.device, *self.extra_args,
+        ]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            command, env=server_env(self.device, self.tensor_parallel_size), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
         log.close()
         logger.info("server %d: pid %d on %s:%d, log %s", self.index, self.process.pid, self.host, port, self.log_path)

@@ -49,3 +49,13 @@ def test_staleness_without_importance_correction_warns(caplog):
     with caplog.at_level(logging.WARNING):
         load_config([SERVER, "async_training.enable=true", "async_training.staleness=1"])
     assert "set algorithm.rollout_is=true" in caplog.text
+
+
+def test_a_critic_on_its_own_pool_splits_its_mini_batches_by_that_pool():
+    config = load_config(["algorithm.adv_estimator=gae", "critic_pool.nnodes=1", "critic_pool.n_gpus_per_node=1"])
+    assert config.derived.world_size == 2 and config.derived.use_critic
+    # One critic process takes every sample of a mini-batch; the actor's two ranks take half each.
+    assert config.derived.critic_ppo_mini_batch_size_per_rank == config.derived.critic_ppo_mini_batch_size_samples
+    assert config.derived.ppo_mini_batch_size_per_rank * 2 == config.derived.ppo_mini_batch_size_samples
+    with pytest.raises(ConfigError, match=r"both be >= 1 \(a pool of its own\) or both 0"):
+        load_config(["critic_pool.nnodes=1"])
