@@ -21,6 +21,13 @@ end of the first generation (and to its start, `launch_to_first_rollout_start_s`
     python bench/step_throughput.py --model qwen2.5-7b --prompts 16 --offload-policy --sleep-level 2  # 7B, 1 GPU
     python bench/step_throughput.py --model qwen2.5-0.5b --gpus 2 --tp 2         # TP=2 on two GPUs
     python bench/step_throughput.py --smoke                                      # tiny model, 2 CPU workers
+    python bench/step_throughput.py --smoke --mode server                        # rollout in a vLLM server
+    python bench/step_throughput.py --smoke --mode server --staleness 1          # generation overlapping the update
+
+With --mode server the rollout runs in vLLM servers on a pool of their own (rollout_pool) and weights go through
+vLLM's weight-transfer API; with --staleness K the asynchronous driver overlaps generation with the update, the
+rollout phase is the background generation time, `rollout_wait` what the step waited for it, and
+`overlap_fraction` 1 - wait / generation.
 """
 
 from __future__ import annotations
@@ -172,6 +179,9 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         "trainer.save_freq=-1", "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={run_dir}",
         "trainer.experiment_name=step_throughput", "trainer.ray_init.num_cpus=null",
         "trainer.ray_init.object_store_memory_mb=null",
+        f"actor_rollout_ref.rollout.mode={args.mode}",
+        *(["async_training.enable=true", f"async_training.staleness={args.staleness}", "algorithm.rollout_is=true"]
+          if args.staleness is not None else []),
     ]
 
 
@@ -185,6 +195,10 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
         return statistics.median(r[key] for r in measured)
 
     phases = {"gen": "rollout", "old_log_prob": "log_probs", "update_actor": "update", "sync_weights": "weight_sync"}
+    if "async/generate_s" in measured[0]:  # asynchronous: generation runs in the background, the step waits less
+        phases = {**phases, "gen_wait": "rollout_wait"}
+        for record in measured:
+            record["timing_s/gen"] = record["async/generate_s"]
     seconds = {label: median(f"timing_s/{key}") for key, label in phases.items()}
     step_s = median("timing_s/step")
     gpus = args.gpus
@@ -206,6 +220,7 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
         "weight_sync_gb": sync_bytes / 1e9,
         "logprob_diff_mean": median("rollout/logprob_diff_mean") if "rollout/logprob_diff_mean" in measured[0] else None,
         "logprob_diff_max": median("rollout/logprob_diff_max") if "rollout/logprob_diff_max" in measured[0] else None,
+        "overlap_fraction": median("async/overlap_fraction") if "async/overlap_fraction" in measured[0] else None,
         "steps_measured": len(measured),
         "per_step_s": [r["timing_s/step"] for r in steps],
     }
@@ -237,6 +252,10 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="models, data and run directory (kept for reruns)")
     parser.add_argument("--out", default=None, help="also write the RESULT json here")
+    parser.add_argument("--mode", default="colocate", choices=["colocate", "server"],
+                        help="rollout placement (server: vLLM servers on a pool of their own)")
+    parser.add_argument("--staleness", type=int, default=None,
+                        help="asynchronous training with this staleness K (server mode; rollout IS on)")
     parser.add_argument("--smoke", action="store_true", help="tiny model on 2 CPU workers, fp32, 2 short steps")
     args = parser.parse_args()
     if args.smoke:
@@ -268,9 +287,9 @@ def main() -> None:
             super().init_workers()
             marks["workers_ready"] = time.perf_counter()
 
-        def _generate(self, *a, **kw):
+        def _rollout(self, *a, **kw):
             marks.setdefault("first_rollout_start", time.perf_counter())
-            out = super()._generate(*a, **kw)
+            out = super()._rollout(*a, **kw)
             marks.setdefault("first_rollout_done", time.perf_counter())
             return out
 
@@ -283,6 +302,7 @@ def main() -> None:
     records = read_metrics(next(run_dir.rglob("metrics.jsonl")))
     report = {
         "model": args.model, "shape": shape, "gpus": args.gpus, "tp": args.tp, "device": device,
+        "mode": args.mode, "staleness": args.staleness,
         "prompts": args.prompts, "n": args.n, "prompt_len": args.prompt_len, "response_len": args.response_len,
         "offload": args.offload, "offload_policy": args.offload_policy, "eager": args.eager,
         "rollout_dtype": args.rollout_dtype,
