@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from verl_like.config.algorithm import AlgorithmConfig
 from verl_like.config.data import DataConfig
 from verl_like.config.derived import DerivedSizes, derive_sizes
+from verl_like.config.distillation import DistillationConfig
+from verl_like.config.online_dpo import OnlineDPOConfig
 from verl_like.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl_like.config.roles import ActorRolloutRefConfig, CriticRoleConfig
 from verl_like.config.trainer import TrainerConfig
@@ -19,7 +21,8 @@ class PPOConfig:
 
     data: DataConfig. actor_rollout_ref: ActorRolloutRefConfig (model, actor, rollout, ref).
     critic: CriticRoleConfig. reward_model: RewardModelConfig. custom_reward_function: CustomRewardFunctionConfig.
-    algorithm: AlgorithmConfig. trainer: TrainerConfig.
+    algorithm: AlgorithmConfig. trainer: TrainerConfig. online_dpo: OnlineDPOConfig (the online-DPO trainer).
+    distillation: DistillationConfig (on-policy distillation from a teacher).
     `derived` (not a key) holds the per-rank and per-step sizes computed from these.
     """
 
@@ -30,6 +33,8 @@ class PPOConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    online_dpo: OnlineDPOConfig = field(default_factory=OnlineDPOConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
 
     @functools.cached_property
     def derived(self) -> DerivedSizes:
