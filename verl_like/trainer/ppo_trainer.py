@@ -262,7 +262,11 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ loop
     def train_step(self) -> dict[str, float]:
-        """One RL step; returns its metrics."""
+        """One RL step; returns its metrics (the online-DPO step with online_dpo.enable)."""
+        if self.config.online_dpo.enable:
+            from verl_like.trainer.online_dpo_step import online_dpo_step
+
+            return online_dpo_step(self)
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
         cfg = self.config

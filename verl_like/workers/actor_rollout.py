@@ -258,6 +258,17 @@ class ActorRolloutWorker(Worker):
             metrics = actor.update_policy(data)
         return DataProto(meta_info={"metrics": metrics})
 
+    @register(dispatch=Dispatch.DP_MESH, mesh="actor")
+    def update_actor_dpo(self, data: DataProto) -> DataProto:
+        """Online-DPO update on this rank's (chosen, rejected) rows (workers/dpo_update.py); meta_info["online_dpo"]
+        is the OnlineDPOConfig. Returns a rowless DataProto with meta_info["metrics"]."""
+        from verl_like.workers.dpo_update import update_policy_dpo
+
+        actor = self._require(self.actor, "update_actor_dpo")
+        with self._onloaded(actor.engine):
+            metrics = update_policy_dpo(actor, data, data.meta_info["online_dpo"])
+        return DataProto(meta_info={"metrics": metrics})
+
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def sync_weights(self) -> dict[str, float]:
         """Moves the actor's weights into the rollout engine; weight_sync/* metrics of this rank."""
