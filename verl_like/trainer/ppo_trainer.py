@@ -288,6 +288,9 @@ class PPOTrainer:
                 )
                 batch.batch["rollout_is_weights"] = weights
                 metrics.update({f"rollout_is/{k}": float(v) for k, v in is_metrics.items()})
+            if c.teacher is not None:  # distillation.enable: the teacher's top-k log-probs on these samples
+                with timed(timings, "teacher"):
+                    batch = _merge(batch, c.teacher.compute_teacher_topk(batch), metrics)
             if c.needs_reference:
                 with timed(timings, "ref"):
                     batch = _merge(batch, c.actor_rollout.compute_ref_log_prob(batch), metrics)
@@ -301,7 +304,11 @@ class PPOTrainer:
                     metrics.update(mean_metrics(c.critic.update_critic(batch)))
             if self.global_step >= cfg.trainer.critic_warmup:
                 with timed(timings, "update_actor"):
-                    metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
+                    if cfg.distillation.enable:
+                        batch.meta_info["distillation"] = cfg.distillation
+                        metrics.update(mean_metrics(c.actor_rollout.update_actor_distill(batch)))
+                    else:
+                        metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
                 with timed(timings, "sync_weights"):
                     metrics.update(mean_metrics(c.actor_rollout.sync_weights()))
         metrics.update(data_metrics(batch, cfg.data.max_response_length))

@@ -70,6 +70,7 @@ class TrainerComponents:
     world_size: int
     total_training_steps: int
     reward_model: RoleHandle | None = None
+    teacher: RoleHandle | None = None  # distillation.enable: the teacher's top-k log-probs (workers/teacher.py)
     tokenizer: Any = None
     actor_shape: TransformerShape | None = None
     critic_shape: TransformerShape | None = None
@@ -189,6 +190,10 @@ def build_components(
             reward_model_worker or RewardModelWorker,
             kwargs={"config": config.reward_model, "seed": config.data.seed},
         )
+    if config.distillation.enable:
+        from verl_like.trainer.distillation_setup import teacher_role
+
+        roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
     # Every role of a rank lives in one process (the hybrid engine): they share the device and its memory.
     group = WorkerGroup(
         pool,
@@ -201,7 +206,8 @@ def build_components(
     critic = group.role("critic") if derived.use_critic else None
     reward_model = group.role("reward_model") if derived.use_reward_model else None
     actor_rollout.init_model()
-    for role in (critic, reward_model):
+    teacher = group.role("teacher") if config.distillation.enable else None
+    for role in (critic, reward_model, teacher):
         if role is not None:
             role.init_model()
     return TrainerComponents(
@@ -214,6 +220,7 @@ def build_components(
         world_size=derived.world_size,
         total_training_steps=total_steps,
         reward_model=reward_model,
+        teacher=teacher,
         tokenizer=tokenizer,
         actor_shape=model_shape(model_path, model.trust_remote_code),
         critic_shape=model_shape(critic_path, config.critic.model.trust_remote_code) if derived.use_critic else None,
