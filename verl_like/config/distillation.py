@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verl_like.algorithms.distillation import DISTILLATION_LOSSES
@@ -76,8 +77,9 @@ class DistillationConfig:
             )
 
 
-def check_distillation(config: PPOConfig) -> None:
-    """ConfigError naming the keys when distillation meets a setting it cannot run with."""
+def check_distillation(config: PPOConfig, check_paths: bool = True) -> None:
+    """ConfigError naming the keys when distillation meets a setting it cannot run with (with check_paths, also
+    when distillation.teacher.path is not a model directory)."""
     if not config.distillation.enable:
         return
     if config.online_dpo.enable:
@@ -88,4 +90,9 @@ def check_distillation(config: PPOConfig) -> None:
             f"distillation.teacher.path={BUILTIN_TEACHER!r} is the builtin model's teacher, but "
             f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path!r}; point the teacher at a model "
             "with the policy's tokenizer"
+        )
+    if check_paths and teacher != BUILTIN_TEACHER and not (Path(str(teacher)).expanduser() / "config.json").is_file():
+        raise ConfigError(
+            f"distillation.teacher.path={teacher!r} has no config.json; point it at a local HF model directory with "
+            f"the policy's tokenizer (or {BUILTIN_TEACHER!r} for the embedded task)"
         )

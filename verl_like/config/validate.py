@@ -32,7 +32,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     _check_lengths(config)
     _check_synthetic_specs(config)
     check_online_dpo(config)  # before _check_roles: its messages speak of the RL estimator
-    check_distillation(config)
+    check_distillation(config, check_paths)
     _check_roles(config)
     _check_reward_roles(config)
     _check_schedule(config)

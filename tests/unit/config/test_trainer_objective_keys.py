@@ -43,3 +43,12 @@ def test_online_dpo_preset_runs_the_reference_and_no_critic() -> None:
     assert config.online_dpo.enable and config.online_dpo.beta == 0.5
     assert config.derived.use_reference_policy and not config.derived.use_critic
     assert not load_config([], check_paths=False).derived.use_reference_policy
+
+
+def test_distillation_teacher_path_is_checked_with_paths(tmp_path) -> None:
+    overrides = ["distillation.enable=true", f"distillation.teacher.path={tmp_path}"]
+    with pytest.raises(ConfigError, match="distillation.teacher.path=.* has no config.json"):
+        load_config(overrides)
+    load_config(overrides, check_paths=False)
+    config = load_config(["+trainer=distill"])
+    assert config.distillation.teacher.path == "tiny_teacher" and not config.derived.use_reference_policy
