@@ -39,7 +39,7 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
     if "temperature" not in batch.meta_info:
         raise KeyError("update_policy_distill: batch.meta_info['temperature'] is unset; set the rollout's")
     if config.use_policy_loss:
-        rows = actor._training_rows(batch).union(
+        rows = actor.training_rows(batch).union(
             batch.select(batch_keys=list(_TEACHER_KEYS), non_tensor_keys=[], meta_keys=[])
         )
     else:
@@ -61,7 +61,7 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
 
 
 def _distill_loss_fn(actor: PPOActor, normalizer: LossNormalizer, config: DistillationConfig) -> LossFn:
-    policy_loss_fn = actor._make_loss_fn(normalizer) if config.use_policy_loss else None
+    policy_loss_fn = actor.make_loss_fn(normalizer) if config.use_policy_loss else None
 
     def loss_fn(outputs: dict[str, torch.Tensor], micro_batch: DataProto) -> tuple[torch.Tensor, dict]:
         tensors = micro_batch.batch

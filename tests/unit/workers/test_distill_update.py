@@ -54,6 +54,6 @@ def test_use_policy_loss_adds_the_ppo_actor_loss() -> None:
     mixed, metrics = _distill_loss_fn(actor, normalizer, DistillationConfig(top_k=K, use_policy_loss=True))(
         outputs, batch
     )
-    ppo, _ = actor._make_loss_fn(normalizer)(outputs, batch)
+    ppo, _ = actor.make_loss_fn(normalizer)(outputs, batch)
     assert abs(float(mixed) - float(alone) - float(ppo)) < 1e-6
     assert {"share/pg_loss", "share/distill_loss", "weighted/distill_divergence"} <= set(metrics)
