@@ -38,7 +38,7 @@ class DerivedSizes:
       use_dynamic_bsz, where the count follows the token budget).
     critic_*: the same three for the critic (None when no critic runs).
     use_critic / use_reference_policy / use_reward_model: which roles run. The reference runs when a KL term
-      needs it (algorithm.use_kl_in_reward or actor.use_kl_loss).
+      needs it (algorithm.use_kl_in_reward or actor.use_kl_loss) and for online DPO (online_dpo.enable).
     """
 
     world_size: int
@@ -96,6 +96,8 @@ def _mini_batch_split(
 
 def uses_critic(config: PPOConfig) -> bool:
     """Whether the critic role runs: critic.enable, or (when null) whether the estimator needs values."""
+    if config.online_dpo.enable:
+        return False  # the DPO step uses no values (check_online_dpo refuses critic.enable=true)
     if config.critic.enable is not None:
         return config.critic.enable
     return config.algorithm.adv_estimator in VALUE_ESTIMATORS
@@ -153,6 +155,6 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
         critic_ppo_mini_batch_size_per_rank=critic_sizes[1],
         critic_micro_batches_per_mini_batch=critic_sizes[2],
         use_critic=use_critic,
-        use_reference_policy=config.algorithm.use_kl_in_reward or actor.use_kl_loss,
+        use_reference_policy=config.algorithm.use_kl_in_reward or actor.use_kl_loss or config.online_dpo.enable,
         use_reward_model=config.reward_model.enable,
     )

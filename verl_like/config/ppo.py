@@ -9,6 +9,8 @@ from verl_like.config.algorithm import AlgorithmConfig
 from verl_like.config.async_training import AsyncTrainingConfig
 from verl_like.config.data import DataConfig
 from verl_like.config.derived import DerivedSizes, derive_sizes
+from verl_like.config.distillation import DistillationConfig
+from verl_like.config.online_dpo import OnlineDPOConfig
 from verl_like.config.pools import ResourcePoolConfig, RolePoolConfig
 from verl_like.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl_like.config.roles import ActorRolloutRefConfig, CriticRoleConfig
@@ -24,6 +26,8 @@ class PPOConfig:
     algorithm: AlgorithmConfig. trainer: TrainerConfig. rollout_pool: ResourcePoolConfig (server mode's servers).
     async_training: AsyncTrainingConfig (generation overlapping the update).
     critic_pool / reward_model_pool: RolePoolConfig (a role on devices of its own; default colocated).
+    online_dpo: OnlineDPOConfig (the online-DPO trainer).
+    distillation: DistillationConfig (on-policy distillation from a teacher).
     `derived` (not a key) holds the per-rank and per-step sizes computed from these.
     """
 
@@ -38,6 +42,8 @@ class PPOConfig:
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     critic_pool: RolePoolConfig = field(default_factory=RolePoolConfig)
     reward_model_pool: RolePoolConfig = field(default_factory=RolePoolConfig)
+    online_dpo: OnlineDPOConfig = field(default_factory=OnlineDPOConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
 
     @functools.cached_property
     def derived(self) -> DerivedSizes:

@@ -12,8 +12,10 @@ import os
 from pathlib import Path
 
 from verl_like.config.data import is_synthetic
+from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
+from verl_like.config.online_dpo import check_online_dpo
 from verl_like.config.model import is_builtin_model, max_position_embeddings
 from verl_like.config.ppo import PPOConfig
 
@@ -29,6 +31,8 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     """
     _check_lengths(config)
     _check_synthetic_specs(config)
+    check_online_dpo(config)  # before _check_roles: its messages speak of the RL estimator
+    check_distillation(config, check_paths)
     _check_roles(config)
     _check_reward_roles(config)
     _check_schedule(config)

@@ -17,6 +17,11 @@ from tensordict import TensorDict
 from torch import nn
 
 
+# A causal-LM batch holding this key `(batch, response_len, k)` of token ids (a teacher's top-k) also gets
+# "topk_log_probs" `(batch, response_len, k)`: the model's log-probs of those tokens at each response position.
+TOPK_IDS_KEY = "teacher_topk_ids"
+
+
 @dataclass
 class _PackedLayout:
     """Where each padded `(row, column)` token sits in the packed row."""
@@ -98,9 +103,22 @@ def _token_log_probs(
     return log_probs, entropy
 
 
+def _topk_log_probs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log p at `token_ids` (..., k) under softmax(logits / temperature), in float32; logits (..., vocab)."""
+    scaled = logits.float() / temperature
+    return scaled.gather(-1, token_ids) - torch.logsumexp(scaled, dim=-1, keepdim=True)
+
+
 def _scatter(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`values` (one per True entry of `mask`, row-major) placed into zeros shaped like `mask`."""
     out = values.new_zeros(mask.shape)
+    out[mask] = values
+    return out
+
+
+def _scatter_k(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`values` (one row of k per True entry of `mask`) placed into zeros shaped `(*mask.shape, k)`."""
+    out = values.new_zeros((*mask.shape, values.shape[-1]))
     out[mask] = values
     return out
 
@@ -154,6 +172,9 @@ def _causal_lm_outputs(
         outputs = {"log_probs": torch.where(mask, log_probs, 0.0)}
         if entropy is not None:
             outputs["entropy"] = torch.where(mask, entropy, 0.0)
+        if TOPK_IDS_KEY in tensors.keys():
+            topk = _topk_log_probs(logits, tensors[TOPK_IDS_KEY], temperature)
+            outputs["topk_log_probs"] = torch.where(mask.unsqueeze(-1), topk, 0.0)
         return outputs
     sources = _checked_packed_sources(tensors, layout, mask)
     logits = _forward(model, tensors, layout, logits_to_keep=sources).logits[0]
@@ -161,6 +182,10 @@ def _causal_lm_outputs(
     outputs = {"log_probs": _scatter(log_probs, mask)}
     if entropy is not None:
         outputs["entropy"] = _scatter(entropy, mask)
+    if TOPK_IDS_KEY in tensors.keys():
+        ids = tensors[TOPK_IDS_KEY]
+        topk = _topk_log_probs(logits, ids[mask], temperature)
+        outputs["topk_log_probs"] = _scatter_k(topk, mask)
     return outputs
 
 

@@ -153,3 +153,25 @@ def remove_cpu_shm(tag: str) -> list[str]:
             except FileNotFoundError:  # another rank of the group removed it first
                 pass
     return removed
+
+
+def prompt_topk_logprobs(prompt_logprobs: Any, position: int, top_k: int) -> tuple[list[int], list[float]]:
+    """The `top_k` most likely (token ids, log-probs) at `position` of a `RequestOutput.prompt_logprobs` built with
+    `SamplingParams(prompt_logprobs=top_k)`, most likely first.
+
+    vLLM adds the prompt's own token to each position's entries when it is not among the top k (k + 1 entries);
+    the ranks tell them apart. Handles the dict layout ({token: Logprob}) and `FlatLogprobs`.
+    """
+    starts = getattr(prompt_logprobs, "start_indices", None)
+    if starts is None:
+        entries = [(lp.rank, token, lp.logprob) for token, lp in prompt_logprobs[position].items()]
+    else:
+        begin, end = starts[position], prompt_logprobs.end_indices[position]
+        entries = [
+            (prompt_logprobs.ranks[i], prompt_logprobs.token_ids[i], prompt_logprobs.logprobs[i])
+            for i in range(begin, end)
+        ]
+    top = sorted((entry for entry in entries if entry[0] is not None and entry[0] <= top_k), key=lambda e: e[0])
+    if len(top) != top_k:
+        raise RuntimeError(f"vLLM returned {len(top)} prompt log-probs of rank <= {top_k} at position {position}")
+    return [int(token) for _, token, _ in top], [float(value) for _, _, value in top]

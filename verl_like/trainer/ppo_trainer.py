@@ -287,7 +287,11 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ loop
     def train_step(self) -> dict[str, float]:
-        """One RL step; returns its metrics."""
+        """One RL step; returns its metrics (the online-DPO step with online_dpo.enable)."""
+        if self.config.online_dpo.enable:
+            from verl_like.trainer.online_dpo_step import online_dpo_step
+
+            return online_dpo_step(self)
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
         cfg = self.config
@@ -309,6 +313,9 @@ class PPOTrainer:
                 )
                 batch.batch["rollout_is_weights"] = weights
                 metrics.update({f"rollout_is/{k}": float(v) for k, v in is_metrics.items()})
+            if c.teacher is not None:  # distillation.enable: the teacher's top-k log-probs on these samples
+                with timed(timings, "teacher"):
+                    batch = _merge(batch, c.teacher.compute_teacher_topk(batch), metrics)
             if c.needs_reference:
                 with timed(timings, "ref"):
                     batch = _merge(batch, c.actor_rollout.compute_ref_log_prob(batch), metrics)
@@ -322,7 +329,11 @@ class PPOTrainer:
                     metrics.update(mean_metrics(c.critic.update_critic(batch)))
             if self.global_step >= cfg.trainer.critic_warmup:
                 with timed(timings, "update_actor"):
-                    metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
+                    if cfg.distillation.enable:
+                        batch.meta_info["distillation"] = cfg.distillation
+                        metrics.update(mean_metrics(c.actor_rollout.update_actor_distill(batch)))
+                    else:
+                        metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
                 if self._prefetcher is not None and not cfg.async_training.partial_rollout:
                     timings["gen_drain"] = self._prefetcher.drain()  # samples never mix two weight versions
                 with timed(timings, "sync_weights"):

@@ -72,6 +72,7 @@ class TrainerComponents:
     world_size: int
     total_training_steps: int
     reward_model: RoleHandle | None = None
+    teacher: RoleHandle | None = None  # distillation.enable: the teacher's top-k log-probs (workers/teacher.py)
     tokenizer: Any = None
     actor_shape: TransformerShape | None = None
     critic_shape: TransformerShape | None = None
@@ -222,6 +223,10 @@ def build_components(
     for name, pool_config in (("critic", config.critic_pool), ("reward_model", config.reward_model_pool)):
         if name in roles and not pool_config.colocated:
             own[name] = (roles.pop(name), pool_config)
+    if config.distillation.enable:
+        from verl_like.trainer.distillation_setup import teacher_role
+
+        roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
     # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
     group = WorkerGroup(
         pool,
@@ -249,12 +254,13 @@ def build_components(
             ))
             handles[name] = groups[-1].role(name)
         critic, reward_model = handles.get("critic"), handles.get("reward_model")
+        teacher = group.role("teacher") if config.distillation.enable else None
         if config.actor_rollout_ref.rollout.mode == "server":
             rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending)
         else:
             pending.result()
             rollout = ColocatedRollout(actor_rollout)
-        for role in (critic, reward_model):
+        for role in (critic, reward_model, teacher):
             if role is not None:
                 role.init_model()
     except BaseException:
@@ -276,6 +282,7 @@ def build_components(
         world_size=derived.world_size,
         total_training_steps=total_steps,
         reward_model=reward_model,
+        teacher=teacher,
         tokenizer=tokenizer,
         actor_shape=model_shape(model_path, model.trust_remote_code),
         critic_shape=model_shape(critic_path, config.critic.model.trust_remote_code) if derived.use_critic else None,

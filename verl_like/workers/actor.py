@@ -72,12 +72,12 @@ class PPOActor:
         actor/is_weight_mean (with rollout IS weights), actor/grad_norm, actor/lr. Every value is the mean over
         the update's optimizer steps of a mini-batch-wide value (the same on every rank).
         """
-        batch = self._training_rows(batch)
+        batch = self.training_rows(batch)
         history = run_ppo_update(
             self.engine,
             batch,
             self.config,
-            self._make_loss_fn,
+            self.make_loss_fn,
             rollout_n=self.rollout_n,
             loss_scale_factor=self.config.loss_scale_factor,
             temperature=batch.meta_info["temperature"],
@@ -88,8 +88,8 @@ class PPOActor:
             metrics["actor/kl_coef"] = self.config.kl_loss_coef
         return metrics
 
-    def _training_rows(self, batch: DataProto) -> DataProto:
-        """The batch narrowed to what the update reads, after checking that it is all there."""
+    def training_rows(self, batch: DataProto) -> DataProto:
+        """The batch narrowed to what the PPO update reads, after checking that it is all there."""
         needed = list(_MODEL_KEYS) + ["old_log_probs", "advantages"]
         if self.config.use_kl_loss:
             needed.append("ref_log_probs")
@@ -107,7 +107,9 @@ class PPOActor:
         optional = [key for key in ("response_mask", "rollout_is_weights") if key in batch.batch.keys()]
         return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=["temperature"])
 
-    def _make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
+    def make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
+        """The PPO loss function of one mini-batch (policy loss, entropy bonus, KL loss); other objectives that
+        run in the same loop add their terms to it (workers/distill_update.py)."""
         config = self.config
 
         def loss_fn(outputs: dict[str, torch.Tensor], micro_batch: DataProto) -> tuple[torch.Tensor, dict]:

@@ -286,6 +286,30 @@ class ActorRolloutWorker(Worker):
             metrics = actor.update_policy(data)
         return DataProto(meta_info={"metrics": metrics})
 
+    @register(dispatch=Dispatch.DP_MESH, mesh="actor")
+    def update_actor_dpo(self, data: DataProto) -> DataProto:
+        """Online-DPO update on this rank's (chosen, rejected) rows (workers/dpo_update.py); meta_info["online_dpo"]
+        is the OnlineDPOConfig. Returns a rowless DataProto with meta_info["metrics"]."""
+        from verl_like.workers.dpo_update import update_policy_dpo
+
+        actor = self._require(self.actor, "update_actor_dpo")
+        with self._onloaded(actor.engine):
+            metrics = update_policy_dpo(actor, data, data.meta_info["online_dpo"])
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch=Dispatch.DP_MESH, mesh="actor")
+    def update_actor_distill(self, data: DataProto) -> DataProto:
+        """The actor's update with the distillation term (workers/distill_update.py); meta_info["distillation"] is
+        the DistillationConfig. Returns a rowless DataProto with meta_info["metrics"]."""
+        from verl_like.workers.distill_update import update_policy_distill
+
+        actor = self._require(self.actor, "update_actor_distill")
+        if "temperature" not in data.meta_info:
+            data.meta_info["temperature"] = self.rollout_config.temperature
+        with self._onloaded(actor.engine):
+            metrics = update_policy_distill(actor, data, data.meta_info["distillation"])
+        return DataProto(meta_info={"metrics": metrics})
+
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def sync_weights(self) -> dict[str, float]:
         """Moves the actor's weights into the rollout engine; weight_sync/* metrics of this rank."""

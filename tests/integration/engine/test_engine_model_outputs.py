@@ -144,3 +144,29 @@ def _has_flash_attn() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("flash_attn") is not None
+
+
+def test_topk_log_probs_at_given_ids_match_a_float64_loop_padded_and_packed(models, tensors, vocab_size):
+    """With "teacher_topk_ids" in the batch, the causal LM also returns its log-probs of those tokens."""
+    from engine_reference import PROMPT_LEN, RESPONSE_LEN
+
+    generator = torch.Generator().manual_seed(11)
+    rows, k = tensors.batch_size[0], 4
+    with_ids = tensors.clone()
+    with_ids["teacher_topk_ids"] = torch.randint(0, vocab_size, (rows, RESPONSE_LEN, k), generator=generator)
+    model = models("causal_lm", "sdpa")
+    expected = torch.zeros(rows, RESPONSE_LEN, k, dtype=torch.float64)
+    with torch.no_grad():
+        double = model.double()
+        for row in range(rows):
+            valid = with_ids["attention_mask"][row].bool()
+            ids = with_ids["input_ids"][row][valid]
+            prompt_valid = int(valid[:PROMPT_LEN].sum())
+            log_probs = torch.log_softmax(double(input_ids=ids[None]).logits[0] / TEMPERATURE, dim=-1)
+            for t in range(len(ids) - prompt_valid):
+                expected[row, t] = log_probs[prompt_valid - 1 + t, with_ids["teacher_topk_ids"][row, t]]
+        model.float()
+        padded = micro_batch_outputs(model, "causal_lm", with_ids, packed=False, temperature=TEMPERATURE)
+        packed = micro_batch_outputs(model, "causal_lm", with_ids, packed=True, temperature=TEMPERATURE)
+    torch.testing.assert_close(padded["topk_log_probs"], expected.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed["topk_log_probs"], padded["topk_log_probs"], atol=1e-5, rtol=1e-5)

@@ -98,3 +98,32 @@ def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
     assert sorted(val) == [0, 10, 20]
     assert val[0] <= 0.3, val
     assert val[20] >= 0.6 and val[20] >= val[0] + 0.3, val
+
+
+def test_online_dpo_preset_raises_the_held_out_reward(cache_dir, tmp_path):
+    """`+trainer=online_dpo`, shortened: pairs judged by the rule reward, DPO against the reference."""
+    _run(["+trainer=online_dpo", "trainer.total_training_steps=6", "trainer.test_freq=6",
+          f"trainer.default_local_dir={tmp_path}"], cache_dir)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    val = {r["step"]: r["val/score/mean"] for r in records if "val/score/mean" in r}
+    assert sorted(val) == [0, 6]
+    assert val[0] <= 0.3, val
+    assert val[6] >= 0.5 and val[6] >= val[0] + 0.3, val
+    last = records[-1]
+    for key in ("actor/dpo_loss", "actor/dpo_rewards_margin", "actor/dpo_rewards_accuracy",
+                "actor/dpo_logratio_chosen", "actor/dpo_logratio_rejected", "dpo/valid_pair_frac"):
+        assert key in last, sorted(last)
+
+
+def test_distill_preset_brings_the_student_to_the_teacher(cache_dir, tmp_path):
+    """`+trainer=distill`, shortened: a correct teacher's top-k log-probs pull the flawed warm start towards it,
+    without the reward in the loss."""
+    _run(["+trainer=distill", "trainer.total_training_steps=6", "trainer.test_freq=6",
+          f"trainer.default_local_dir={tmp_path}"], cache_dir)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    val = {r["step"]: r["val/score/mean"] for r in records if "val/score/mean" in r}
+    divergence = [r["actor/distill_divergence"] for r in records if "actor/distill_divergence" in r]
+    assert len(divergence) == 6
+    assert divergence[-1] < 0.5 * divergence[0], divergence
+    assert val[0] <= 0.3 and val[6] >= val[0] + 0.2, val
+    assert "timing_s/teacher" in records[-1]

@@ -46,3 +46,24 @@ def test_length_mismatch_is_refused_in_both_layouts():
 
 def test_the_installed_vllm_offers_flat_logprobs():
     assert vllm_compat.flat_logprobs_kwargs() == {"flat_logprobs": True}
+
+
+def _prompt_positions() -> list[dict[int, Logprob] | None]:
+    """prompt_logprobs=3: position 0 has none; at position 2 the prompt's own token (4) ranks 6th, an extra entry."""
+    return [
+        None,
+        {8: Logprob(logprob=-0.2, rank=1), 3: Logprob(logprob=-2.0, rank=2), 6: Logprob(logprob=-2.5, rank=3)},
+        {4: Logprob(logprob=-6.0, rank=6), 1: Logprob(logprob=-0.7, rank=1), 2: Logprob(logprob=-1.1, rank=2),
+         9: Logprob(logprob=-3.0, rank=3)},
+    ]
+
+
+def test_prompt_topk_reads_both_layouts_and_drops_the_prompt_token_outside_the_top_k():
+    flat_layout = FlatLogprobs()
+    for position in _prompt_positions():
+        flat_layout.append(position)
+    for layout in (_prompt_positions(), flat_layout):
+        assert vllm_compat.prompt_topk_logprobs(layout, 1, 3) == ([8, 3, 6], [-0.2, -2.0, -2.5])
+        assert vllm_compat.prompt_topk_logprobs(layout, 2, 3) == ([1, 2, 9], [-0.7, -1.1, -3.0])
+    with pytest.raises(RuntimeError, match="rank <= 4"):
+        vllm_compat.prompt_topk_logprobs(_prompt_positions(), 1, 4)
