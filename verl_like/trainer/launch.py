@@ -15,8 +15,8 @@ from verl_like.utils.env import apply_default_env
 logger = logging.getLogger(__name__)
 
 
-def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
-    """Starts (or joins) Ray, trains, and always releases the workers; returns the last step's metrics."""
+def start_ray(config: PPOConfig) -> None:
+    """Sets the process environment for trainer.device and starts or joins Ray (nothing if it runs already)."""
     trainer_cfg = config.trainer
     env = apply_default_env(resolve_device(trainer_cfg.device))
     ray_init = trainer_cfg.ray_init
@@ -29,6 +29,12 @@ def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
         dashboard_host=ray_init.dashboard_host,
         env_vars=env,
     )
+
+
+def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
+    """Starts (or joins) Ray, trains, and always releases the workers; returns the last step's metrics."""
+    trainer_cfg = config.trainer
+    start_ray(config)
     scratch = job_scratch_path(trainer_cfg.default_local_dir)
     if scratch is not None:
         logger.warning(

@@ -22,6 +22,8 @@ _COMMON = {
 _CPU = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "TORCHDYNAMO_DISABLE": "1",
+    # With dynamo off, a user's plain `LLM(model)` (no enforce_eager) must not try vLLM's AOT compile either.
+    "VLLM_USE_AOT_COMPILE": "0",
     "VLLM_HOST_IP": "127.0.0.1",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "OMP_NUM_THREADS": "1",
