@@ -15,6 +15,9 @@ _COMMON = {
     "RAY_USAGE_STATS_ENABLED": "0",
     # vLLM runs inside the worker process (the hybrid engine), not in a subprocess of its own.
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # vLLM's per-step INFO lines stay out of the log (trainer.log_level; verl_like/utils/quiet_logs.py).
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "VERL_LIKE_LOG_LEVEL": "WARNING",
 }
 
 # vLLM's CPU build: size the KV cache explicitly (it otherwise takes 92% of RAM), skip torch.compile, keep
