@@ -142,7 +142,12 @@ def to_typed(cfg: DictConfig | Mapping[str, Any]) -> PPOConfig:
 def load_config(
     overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, *, check_paths: bool = True
 ) -> PPOConfig:
-    """compose_config + to_typed + validate: the validated PPOConfig of `overrides`."""
+    """compose_config + to_typed + validate: the validated PPOConfig of `overrides`. With check_paths, HF hub ids
+    given as model paths are resolved to their snapshot in the HF cache first (verl_like/utils/hub.py)."""
     config = to_typed(compose_config(overrides, config_dir))
+    if check_paths:
+        from verl_like.utils.hub import resolve_hub_models
+
+        config = resolve_hub_models(config)
     validate(config, check_paths=check_paths)
     return config
