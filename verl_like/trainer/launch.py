@@ -12,6 +12,7 @@ from verl_like.single_controller.cluster import job_scratch_path
 from verl_like.trainer.ppo_trainer import PPOTrainer
 from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
+from verl_like.utils.preflight import check_rollout_backend
 from verl_like.utils.quiet_logs import log_level_env
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,9 @@ logger = logging.getLogger(__name__)
 def start_ray(config: PPOConfig) -> None:
     """Sets the process environment for trainer.device and starts or joins Ray (nothing if it runs already)."""
     trainer_cfg = config.trainer
-    env = apply_default_env(resolve_device(trainer_cfg.device))
+    device = resolve_device(trainer_cfg.device)
+    check_rollout_backend(config.actor_rollout_ref.rollout.name, device)  # before Ray: the install command
+    env = apply_default_env(device)
     env.update(log_level_env(trainer_cfg.log_level))  # the configured level wins over an inherited one
     os.environ.update(env)
     ray_init = trainer_cfg.ray_init

@@ -80,6 +80,7 @@ def adapt_worker_class(cls: type) -> type:
     user_init = None if takes_framework_args(cls) else cls.__init__
     pushes_weights = _overrides(cls, "generate") and not _overrides(cls, "update_rollout_weights")
     if user_init is None and not pushes_weights:
+        logger.info("actor-rollout worker %s.%s: used as it is", cls.__module__, cls.__qualname__)
         return cls
     namespace: dict[str, Any] = {"__doc__": cls.__doc__, "__module__": __name__, "__qualname__": cls.__qualname__}
     if user_init is not None:
