@@ -65,7 +65,10 @@ def resolve_trainer_config(config: PPOConfig | Sequence[str] | None, overrides: 
         return config
     if isinstance(config, str) or (config is not None and not isinstance(config, Sequence)):
         raise TypeError(f"PPOTrainer(config=...) takes None, a list of key=value overrides or a PPOConfig, not {config!r}")
-    return load_config([*(config or ()), *overrides])
+    # No config: the embedded default task (named as its preset, so that a model named by the worker's kwargs
+    # does not switch the other keys to verl's defaults, as it would on a command line).
+    base = ["+trainer=default_task"] if config is None else list(config)
+    return load_config([*base, *overrides])
 
 
 class PPOTrainer(LoopTrainer):

@@ -73,8 +73,14 @@ def test_critic_and_reward_model_arguments_become_gae_with_that_critic_and_an_en
         programmatic_overrides(None, 3, None)
 
 
-def test_no_config_means_the_embedded_default_task():
+def test_no_config_means_the_embedded_default_task_also_with_the_workers_model(tmp_path):
+    from verl_like.models.tiny import build_tiny_model
+
+    tiny_model = build_tiny_model(tmp_path / "m")
     config = resolve_trainer_config(None, [])
     assert config.actor_rollout_ref.model.path == "tiny" and config.data.train_files == ("synthetic:sort",)
+    named = resolve_trainer_config(None, programmatic_overrides(None, None, str(tiny_model)))
+    assert named.actor_rollout_ref.model.path == str(tiny_model)
+    assert (named.algorithm.adv_estimator, named.actor_rollout_ref.rollout.n) == ("grpo", 8)  # still the task's
     with pytest.raises(TypeError, match="list of key=value overrides"):
         resolve_trainer_config(config, ["algorithm.adv_estimator=gae"])
