@@ -35,6 +35,7 @@ VERL_CUDA_OVERRIDES = (
     "critic.fsdp_config.param_dtype=bfloat16",
     "critic.fsdp_config.reduce_dtype=float32",
     "trainer.n_gpus_per_node=8",
+    "trainer.ray_init.num_cpus=null",  # Ray counts the machine's CPUs, as on the GPU presets
 )
 STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy",
                  "reward_model.strategy")

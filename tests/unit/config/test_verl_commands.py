@@ -100,3 +100,16 @@ def test_unknown_key_hint_compares_names_not_shared_prefixes():
     assert "entropy_coeff'?" not in str(err.value)
     with pytest.raises(ConfigError, match="did you mean 'actor_rollout_ref.actor.entropy_coeff'"):
         load_config(["actor_rollout_ref.actor.entropy_coef=0"], check_paths=False)
+
+
+def test_verl_defaults_train_and_roll_out_in_bf16_on_eight_gpus_when_cuda_is_present():
+    from verl_like.config.verl_compat import verl_default_layer
+
+    job = ["actor_rollout_ref.model.path=/m", "data.val_files=/v.parquet"]
+    gpu = verl_default_layer(job, cuda=True)
+    assert gpu[0] == "+trainer=verl" and "actor_rollout_ref.rollout.dtype=bfloat16" in gpu
+    assert "trainer.n_gpus_per_node=8" in gpu and gpu[-1] == "trainer.val_before_train=true"
+    assert verl_default_layer(job, cuda=False) == ["+trainer=verl", "trainer.val_before_train=true"]
+    assert verl_default_layer(["+trainer=ci_smoke", *job], cuda=True) == []  # a preset keeps its own defaults
+    config = load_config([*gpu, *job], check_paths=False)
+    assert config.actor_rollout_ref.actor.fsdp_config.param_dtype == "bfloat16"
