@@ -124,9 +124,12 @@ def translate_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]
 
 
 def names_user_job(overrides: Sequence[str]) -> bool:
-    """True when the overrides name data or a model and pick no preset (`+trainer=...`)."""
-    keys = [parts[1] for parts in map(_split, overrides) if parts is not None]
-    return any(key in USER_JOB_KEYS for key in keys) and "trainer" not in keys
+    """True when the overrides name data or a model of their own (not the demo's synthetic tasks or builtin tiny
+    model) and pick no preset (`+trainer=...`)."""
+    pairs = [(parts[1], parts[2]) for parts in map(_split, overrides) if parts is not None]
+    demo = ("synthetic:", "tiny", "[synthetic:")
+    own = any(key in USER_JOB_KEYS and not value.startswith(demo) for key, value in pairs)
+    return own and "trainer" not in {key for key, _ in pairs}
 
 
 def verl_default_layer(overrides: Sequence[str], cuda: bool) -> list[str]:

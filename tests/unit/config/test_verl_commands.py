@@ -67,6 +67,8 @@ def test_no_arguments_run_the_embedded_default_task_also_as_a_preset():
         assert config.algorithm.adv_estimator == "grpo" and config.actor_rollout_ref.model.path == "tiny"
     demo_with_data = load_config(["+trainer=default_task", "data.train_files=/x.parquet"], check_paths=False)
     assert demo_with_data.actor_rollout_ref.rollout.n == 8  # the preset keeps the demo's defaults
+    other_task = load_config(["data.train_files=synthetic:add", "actor_rollout_ref.model.path=tiny"], check_paths=False)
+    assert other_task.actor_rollout_ref.rollout.n == 8  # the demo's own tasks and model are not "a job of its own"
 
 
 def test_verl_value_forms_and_accepted_keys_translate():
