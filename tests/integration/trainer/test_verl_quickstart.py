@@ -54,3 +54,44 @@ def test_verl_ppo_quickstart_runs_gae_with_its_critic_for_its_epochs(ray_cluster
     model_merger(["merge", "--backend", "fsdp", "--local_dir", str(step / "actor"), "--target_dir", str(tmp_path / "hf")])
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
     assert merged.config.max_position_embeddings == 1024
+
+
+def test_verl_grpo_example_runs_grpo_with_its_group_size_and_kl_loss_for_its_epochs(ray_cluster, tmp_path,
+                                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = build_tiny_model(tmp_path / "qwen", TinyModelSpec(max_position_embeddings=2048))
+    train, val = _gsm8k_like(tmp_path / "train.parquet", 4), _gsm8k_like(tmp_path / "test.parquet", 2)
+    example = [  # examples/grpo_trainer/run_qwen2-7b.sh
+        "algorithm.adv_estimator=grpo", f"data.train_files={train}", f"data.val_files={val}",
+        "data.train_batch_size=1024", "data.max_prompt_length=512", "data.max_response_length=1024",
+        "data.filter_overlong_prompts=True", "data.truncation='error'", f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.model.use_remove_padding=True",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=256", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40",
+        "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "actor_rollout_ref.rollout.n=5",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=True", "algorithm.use_kl_in_reward=False",
+        "trainer.critic_warmup=0", 'trainer.logger=["console","wandb"]',
+        "trainer.project_name=verl_grpo_example_gsm8k", "trainer.experiment_name=qwen2_7b_function_rm",
+        "trainer.n_gpus_per_node=8", "trainer.nnodes=1", "trainer.save_freq=20", "trainer.test_freq=5",
+        "trainer.total_epochs=15",
+    ]
+    # The tail a CPU run needs: 2 workers, vLLM TP 1, no W&B account here, sizes for 4 prompts x 5 samples.
+    tail = ["trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "trainer.logger=console", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=5",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=5",
+            "data.max_prompt_length=48", "data.max_response_length=8", "trainer.total_epochs=2"]
+    last = run([*example, *tail])
+    assert "critic/vf_loss" not in last and "actor/kl_loss" in last  # GRPO: no critic; the KL loss is on
+    # (rollout.n=5 and the other keys as composed: tests/unit/config/test_verl_commands.py)
+    run_dir = tmp_path / "checkpoints" / "verl_grpo_example_gsm8k" / "qwen2_7b_function_rm" / "checkpoints"
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"  # 2 epochs x 1 step
+    assert not (run_dir / "global_step_2" / "critic").exists()
