@@ -147,6 +147,7 @@ def update_flops(shape: dict, prompt_len: int, response_len: int, sequences: int
 def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Path, device: str) -> list[str]:
     tokens_per_gpu = args.max_tokens_per_gpu
     return [
+        "+trainer=default_task",  # every other key as in configs/ppo_trainer.yaml, not verl's defaults
         f"data.train_files={data}", "data.val_files=[]", "data.apply_chat_template=false",
         f"data.max_prompt_length={args.prompt_len}", f"data.max_response_length={args.response_len}",
         f"data.train_batch_size={args.prompts}",

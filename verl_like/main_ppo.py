@@ -15,11 +15,10 @@ logger = logging.getLogger("verl_like.main_ppo")
 
 def run(overrides: list[str]) -> dict[str, float]:
     """Composes, validates and trains; returns the last step's metrics."""
-    from verl_like.config.loader import ConfigError, compose_config, to_typed, validate
+    from verl_like.config.loader import ConfigError, load_config
 
     try:
-        config = to_typed(compose_config(overrides))
-        validate(config)
+        config = load_config(overrides)  # hub ids resolved through the HF cache, paths checked
     except ConfigError as err:
         raise SystemExit(f"config error: {err}") from None
     from verl_like.trainer.launch import launch

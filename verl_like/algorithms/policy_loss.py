@@ -127,12 +127,14 @@ def _clipped_surrogate(
     dtype = loss.dtype
     metrics = {
         "pg_clipfrac": masked_mean((clipped > unclipped).to(dtype), mask),
-        "pg_clipfrac_upper": masked_mean(((ratio > high) & (adv > 0)).to(dtype), mask),
-        "pg_clipfrac_lower": masked_mean(((ratio < low) & (adv < 0)).to(dtype), mask),
+        "pg_clipfrac_ratio_high": masked_mean(((ratio > high) & (adv > 0)).to(dtype), mask),
+        "pg_clipfrac_ratio_low": masked_mean(((ratio < low) & (adv < 0)).to(dtype), mask),
     }
+    # verl's name and meaning: the share of tokens where the dual-clip bound -A c is active (A < 0); 0 without it.
+    metrics["pg_clipfrac_lower"] = torch.zeros((), dtype=dtype, device=loss.device)
     if dual_clip and config.clip_ratio_c is not None:
         bound = -adv * config.clip_ratio_c
-        metrics["pg_clipfrac_dual"] = masked_mean(((adv < 0) & (loss > bound)).to(dtype), mask)
+        metrics["pg_clipfrac_lower"] = masked_mean(((adv < 0) & (loss > bound)).to(dtype), mask)
         loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)
     return loss, metrics
 
@@ -142,9 +144,10 @@ def ppo_clip_loss(inputs: PolicyLossInputs, *, normalizer: LossNormalizer, confi
     """PPO clipped surrogate with asymmetric clip and dual-clip; inputs `(batch, response_len)`, scalar loss.
 
     r = pi / pi_old;  l = max(-A r, -A clip(r, 1 - low, 1 + high));  for A < 0: l = min(l, -A c).
-    Metrics: pg_loss, pg_clipfrac (= upper + lower), pg_clipfrac_upper (A > 0, r > 1 + high),
-    pg_clipfrac_lower (A < 0, r < 1 - low), pg_clipfrac_dual (dual bound active), approx_kl (mean of
-    log pi_old - log pi), is_weight_* when weights are given.
+    Metrics: pg_loss, pg_clipfrac (tokens whose ratio is clipped = ratio_high + ratio_low, as verl's),
+    pg_clipfrac_ratio_high (A > 0, r > 1 + high), pg_clipfrac_ratio_low (A < 0, r < 1 - low), pg_clipfrac_lower
+    (verl's: A < 0 and the dual-clip bound -A c active), approx_kl (mean of log pi_old - log pi), is_weight_*
+    when weights are given.
     Paper: Schulman et al. 2017, PPO (arXiv:1707.06347); clip-higher: Yu et al. 2025, DAPO (arXiv:2503.14476);
     dual-clip: Ye et al. 2020 (arXiv:1912.09729).
     Deviation: log(r) is clamped to +-20 before exp so extreme ratios stay finite.

@@ -87,8 +87,11 @@ def closest_key(bad_key: str, keys: list[str]) -> str | None:
     match = match or difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)
     if match:
         return siblings[match[0]]
-    match = difflib.get_close_matches(bad_key, keys, n=1, cutoff=0.6)
-    return match[0] if match else None
+    # Elsewhere in the tree, compare the last names only: whole dotted keys share long prefixes, which made
+    # `actor.use_torch_compile` look like `actor.entropy_coeff`.
+    leaves = {k.rpartition(".")[2]: k for k in keys}
+    match = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.75)
+    return leaves[match[0]] if match else None
 
 
 def unknown_key_message(bad_key: str, keys: list[str]) -> str:

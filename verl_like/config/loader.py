@@ -11,6 +11,7 @@ starts with `# @package _global_` and so may set any key; command-line overrides
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,8 @@ from verl_like.config.convert import build_node, unknown_key_message, valid_keys
 from verl_like.config.errors import ConfigError
 from verl_like.config.ppo import PPOConfig
 from verl_like.config.validate import validate
+
+logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "ppo_trainer"
 PRESET_GROUP = "trainer"
@@ -58,6 +61,7 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
     not exist raises ConfigError naming the closest valid key; an unknown preset names the available ones.
     """
     folder = config_dir_path(config_dir)
+    overrides = verl_overrides(overrides)
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     try:
@@ -69,6 +73,25 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
         raise _composition_error(err) from err
     finally:
         restore_gh_from_backup(backup)
+
+
+def verl_overrides(overrides: Sequence[str]) -> list[str]:
+    """`overrides` with verl's forms translated and, for a job that names data or a model without a preset,
+    verl's defaults underneath (verl_like/config/verl_compat.py); logs what it changed."""
+    from verl_like.config.verl_compat import translate_overrides, verl_default_layer
+    from verl_like.utils.device import is_cuda_available
+
+    translated, notes = translate_overrides(overrides)
+    for note in notes:
+        logger.info("verl key: %s", note)
+    layer = verl_default_layer(translated, cuda=is_cuda_available())
+    if layer:
+        logger.warning(
+            "this command names its own data/model: keys it leaves unset take verl's defaults (%s: estimator gae, "
+            "rollout.n=1, total_epochs honoured, device from the hardware), not the embedded CPU demo's; add "
+            "+trainer=default_task to build on the demo instead", ", ".join(layer),
+        )
+    return [*layer, *translated]
 
 
 def _missing_preset_error(err: MissingConfigException, overrides: Sequence[str], folder: Path) -> ConfigError:
@@ -119,7 +142,12 @@ def to_typed(cfg: DictConfig | Mapping[str, Any]) -> PPOConfig:
 def load_config(
     overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, *, check_paths: bool = True
 ) -> PPOConfig:
-    """compose_config + to_typed + validate: the validated PPOConfig of `overrides`."""
+    """compose_config + to_typed + validate: the validated PPOConfig of `overrides`. With check_paths, HF hub ids
+    given as model paths are resolved to their snapshot in the HF cache first (verl_like/utils/hub.py)."""
     config = to_typed(compose_config(overrides, config_dir))
+    if check_paths:
+        from verl_like.utils.hub import resolve_hub_models
+
+        config = resolve_hub_models(config)
     validate(config, check_paths=check_paths)
     return config

@@ -54,6 +54,9 @@ class TimeoutsConfig:
                 raise ConfigError(f"trainer.timeouts.{key}={getattr(self, key)} must be > 0")
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 @dataclass(frozen=True)
 class TrainerConfig:
     """The run (`trainer`).
@@ -64,6 +67,8 @@ class TrainerConfig:
       log_val_generations: the first N validation samples (prompt, response, score; the same prompts every
         time) logged per validation: to the console, <default_local_dir>/val_generations.jsonl and TensorBoard
         text, as the logger list includes them.
+      log_level: the level of vLLM's and Ray's logs in the workers: WARNING (default) hides their per-step
+        INFO lines and known-harmless per-step warnings (verl_like/utils/quiet_logs.py); INFO or DEBUG shows all.
     Placement
       nnodes / n_gpus_per_node: the actor-rollout-ref worker group spans nnodes * n_gpus_per_node processes,
         one per GPU (device cuda) or per worker (device cpu).
@@ -94,6 +99,7 @@ class TrainerConfig:
     experiment_name: str = "default"
     logger: tuple[str, ...] = ("console", "jsonl", "tensorboard")
     log_val_generations: int = 0
+    log_level: str = "WARNING"
     nnodes: int = 1
     n_gpus_per_node: int = 1
     device: str = "auto"
@@ -120,6 +126,8 @@ class TrainerConfig:
         for name in self.logger:
             if name not in SUPPORTED_BACKENDS:
                 raise ConfigError(f"{p}.logger contains {name!r}; valid loggers: {', '.join(SUPPORTED_BACKENDS)}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"{p}.log_level={self.log_level!r} must be one of {LOG_LEVELS}")
         if self.device not in DEVICES:
             raise ConfigError(f"{p}.device={self.device!r} must be one of {DEVICES}")
         if self.resume_mode not in RESUME_MODES:

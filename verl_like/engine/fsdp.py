@@ -25,7 +25,7 @@ from torch.distributed.tensor import DTensor
 
 from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine
 from verl_like.engine.config import EngineConfig, torch_dtype
-from verl_like.engine.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
+from verl_like.engine.fsdp_checkpoint import hf_files_writer, load_fsdp_checkpoint, save_fsdp_checkpoint
 from verl_like.engine.lr_schedule import WarmupSchedule
 from verl_like.engine.micro_batches import global_counts, plan_micro_batches
 from verl_like.engine.model_loading import decoder_layer_classes, load_model
@@ -259,7 +259,9 @@ class FSDPEngine(TrainEngine):
     def save_checkpoint(self, directory: str | Path) -> None:
         self._require_onloaded("save_checkpoint")
         self._require_optimizer("save_checkpoint")
-        save_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self._global_step, self.group)
+        hf_files = hf_files_writer(self.model.config, self._hf_class.__name__, self.config.model_path)
+        save_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self._global_step, self.group,
+                             hf_files)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         self._require_onloaded("load_checkpoint")

@@ -3,16 +3,20 @@
 Layout of a checkpoint directory (all ranks write into it; it must be on a filesystem every rank sees):
   DCP files: model and optimizer state, sharded (loadable at another world size);
   extra_state_rank{r}.pt: LR scheduler state, global step and rank r's RNG states (torch CPU and CUDA, Python,
-  NumPy), so that training resumes exactly.
+  NumPy), so that training resumes exactly;
+  huggingface/: the model's HF config (and generation config) and the tokenizer files of its model directory, so
+  that `python -m verl_like.model_merger --local_dir DIR --target_dir OUT` needs nothing else (verl's layout).
 Written under a staging name and renamed into place by rank 0 after a barrier (verl_like.utils.checkpoint).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -30,6 +34,11 @@ from verl_like.utils.checkpoint import commit_directory, prepare_staging, stagin
 from verl_like.utils.device import is_cuda_available
 
 logger = logging.getLogger(__name__)
+
+HF_FILES_DIR = "huggingface"
+# Files of a HF model directory that make up its tokenizer (copied into a checkpoint's huggingface/ folder).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 
 
 def _rng_state() -> dict[str, Any]:
@@ -58,8 +67,10 @@ def save_fsdp_checkpoint(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     global_step: int,
     group: dist.ProcessGroup | None,
+    write_hf_files: Callable[[Path], None] | None = None,
 ) -> None:
-    """Writes the checkpoint to `directory` atomically; a collective over `group`."""
+    """Writes the checkpoint to `directory` atomically; a collective over `group`. Rank 0 calls
+    `write_hf_files(folder)` to fill the checkpoint's huggingface/ folder."""
     final = Path(directory)
     rank = dist.get_rank(group)
     if rank == 0:
@@ -75,6 +86,8 @@ def save_fsdp_checkpoint(
         "rng": _rng_state(),
     }
     torch.save(extra, _extra_file(staging, rank))
+    if rank == 0 and write_hf_files is not None:
+        write_hf_files(staging / HF_FILES_DIR)
     dist.barrier(group=group)
     if rank == 0:
         commit_directory(staging, final)
@@ -113,3 +126,21 @@ def load_fsdp_checkpoint(
         )
     logger.info("loaded checkpoint of step %d from %s", extra["global_step"], directory)
     return int(extra["global_step"])
+
+
+def hf_files_writer(hf_config: Any, architecture: str, model_dir: str | Path) -> Callable[[Path], None]:
+    """A `write_hf_files` for save_fsdp_checkpoint: `hf_config` (its architecture the trained model's class, e.g.
+    Qwen2ForTokenClassification for a critic) plus the tokenizer files found in `model_dir`."""
+
+    def write(folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        config = copy.deepcopy(hf_config)
+        config.use_cache = True  # the engine trains without a KV cache; the merged model generates
+        config.architectures = [architecture]
+        config.save_pretrained(folder)
+        source = Path(model_dir)
+        for name in (*TOKENIZER_FILES, "generation_config.json"):
+            if (source / name).is_file():
+                shutil.copy2(source / name, folder / name)
+
+    return write

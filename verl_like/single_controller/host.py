@@ -12,6 +12,7 @@ import ray
 
 from verl_like.protocol import DataProto, unpad
 from verl_like.utils.device import visible_device_index
+from verl_like.utils.quiet_logs import install_noise_filters
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class WorkerHost:
             "LOCAL_WORLD_SIZE": str(local_world_size),
         }
         os.environ.update(self._rank_env)
+        install_noise_filters()  # vLLM's harmless per-step warnings, below trainer.log_level
         self._roles: dict[str, Any] = {}
 
     def rendezvous_address(self) -> tuple[str, int]:

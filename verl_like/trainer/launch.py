@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from verl_like.config.ppo import PPOConfig
@@ -11,14 +12,20 @@ from verl_like.single_controller.cluster import job_scratch_path
 from verl_like.trainer.ppo_trainer import PPOTrainer
 from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
+from verl_like.utils.preflight import check_rollout_backend
+from verl_like.utils.quiet_logs import log_level_env
 
 logger = logging.getLogger(__name__)
 
 
-def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
-    """Starts (or joins) Ray, trains, and always releases the workers; returns the last step's metrics."""
+def start_ray(config: PPOConfig) -> None:
+    """Sets the process environment for trainer.device and starts or joins Ray (nothing if it runs already)."""
     trainer_cfg = config.trainer
-    env = apply_default_env(resolve_device(trainer_cfg.device))
+    device = resolve_device(trainer_cfg.device)
+    check_rollout_backend(config.actor_rollout_ref.rollout.name, device)  # before Ray: the install command
+    env = apply_default_env(device)
+    env.update(log_level_env(trainer_cfg.log_level))  # the configured level wins over an inherited one
+    os.environ.update(env)
     ray_init = trainer_cfg.ray_init
     init_ray(
         address=trainer_cfg.ray_address,
@@ -29,6 +36,12 @@ def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
         dashboard_host=ray_init.dashboard_host,
         env_vars=env,
     )
+
+
+def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
+    """Starts (or joins) Ray, trains, and always releases the workers; returns the last step's metrics."""
+    trainer_cfg = config.trainer
+    start_ray(config)
     scratch = job_scratch_path(trainer_cfg.default_local_dir)
     if scratch is not None:
         logger.warning(

@@ -77,7 +77,8 @@ class PPOTrainer:
         self.global_step = 0
         algo = config.algorithm
         self.kl_ctrl = build_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
-        self.run_dir = Path(config.trainer.default_local_dir)
+        # Absolute: the workers write the checkpoint parts, and their working directory need not be the driver's.
+        self.run_dir = Path(config.trainer.default_local_dir).absolute()
         self.checkpoints = CheckpointManager(
             self.run_dir / "checkpoints",
             part_limits={"actor": config.trainer.max_actor_ckpt_to_keep, "critic": config.trainer.max_critic_ckpt_to_keep},

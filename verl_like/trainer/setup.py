@@ -148,6 +148,7 @@ def build_components(
     from verl_like.rewards.manager import RewardManager
     from verl_like.workers.actor_rollout import ActorRolloutWorker
     from verl_like.workers.critic import CriticWorker
+    from verl_like.workers.custom_worker import adapt_worker_class
     from verl_like.workers.reward_model import RewardModelWorker, check_same_tokenizer
 
     derived = config.derived
@@ -190,7 +191,7 @@ def build_components(
     )
     roles = {
         "actor_rollout": RoleSpec(
-            actor_rollout_worker or ActorRolloutWorker,
+            adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker,  # issue 16
             kwargs={
                 "model_path": model_path,
                 "actor": config.actor_rollout_ref.actor,

@@ -15,6 +15,9 @@ _COMMON = {
     "RAY_USAGE_STATS_ENABLED": "0",
     # vLLM runs inside the worker process (the hybrid engine), not in a subprocess of its own.
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # vLLM's per-step INFO lines stay out of the log (trainer.log_level; verl_like/utils/quiet_logs.py).
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "VERL_LIKE_LOG_LEVEL": "WARNING",
 }
 
 # vLLM's CPU build: size the KV cache explicitly (it otherwise takes 92% of RAM), skip torch.compile, keep
@@ -22,6 +25,8 @@ _COMMON = {
 _CPU = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "TORCHDYNAMO_DISABLE": "1",
+    # With dynamo off, a user's plain `LLM(model)` (no enforce_eager) must not try vLLM's AOT compile either.
+    "VLLM_USE_AOT_COMPILE": "0",
     "VLLM_HOST_IP": "127.0.0.1",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "OMP_NUM_THREADS": "1",

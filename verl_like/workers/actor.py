@@ -67,7 +67,8 @@ class PPOActor:
         The batch needs the model inputs, "old_log_probs", "advantages", "ref_log_probs" when use_kl_loss is on,
         optionally "response_mask" and "rollout_is_weights" (from `compute_rollout_is_weights` on the driver,
         multiplying the per-token policy loss), and meta_info["temperature"] (the rollout's).
-        Metrics: actor/pg_loss, actor/pg_clipfrac(_upper, _lower, _dual), actor/ppo_kl, actor/entropy (only
+        Metrics: actor/pg_loss, actor/pg_clipfrac(_ratio_high, _ratio_low), actor/pg_clipfrac_lower (verl's:
+        dual-clip active), actor/ppo_kl, actor/entropy (only
         when entropy_coeff != 0, the entropy the bonus used), actor/kl_loss and actor/kl_coef (with use_kl_loss),
         actor/is_weight_mean (with rollout IS weights), actor/grad_norm, actor/lr. Every value is the mean over
         the update's optimizer steps of a mini-batch-wide value (the same on every rank).

@@ -174,8 +174,11 @@ def export(ctx):
         tokenizer = AutoTokenizer.from_pretrained(model_dir) if kind == "causal_lm" else None
         directory = Path(ctx["workdir"]) / f"export_{kind}"
         engine.export_hf(directory, tokenizer)
+        checkpoint = Path(ctx["workdir"]) / f"checkpoint_{kind}"  # what verl_like.model_merger reads
+        engine.save_checkpoint(checkpoint)
         outputs = engine.forward(local, temperature=TEMPERATURE)
-        results[kind] = {"directory": str(directory), "outputs": dict(outputs.batch.items())}
+        results[kind] = {"directory": str(directory), "checkpoint": str(checkpoint),
+                         "outputs": dict(outputs.batch.items())}
     return results
 
 

@@ -145,11 +145,12 @@ def test_ppo_clip_metrics_count_the_clipped_tokens() -> None:
     mask = torch.ones(1, 6, dtype=torch.bool)
     norm = LossNormalizer.for_mini_batch(mask, "token-mean", dp_group=None)
     _, m = _run("vanilla", old, new, adv, mask, norm, PolicyLossConfig(clip_ratio_c=3.0))
-    # token 0: A>0, r>1.2 -> upper; token 1: A<0, r<0.8 -> lower; token 4: A<0, r=5>3 -> dual
-    assert m["pg_clipfrac_upper"].item() == pytest.approx(1 / 6)
-    assert m["pg_clipfrac_lower"].item() == pytest.approx(1 / 6)
+    # token 0: A>0, r>1.2 -> ratio_high; token 1: A<0, r<0.8 -> ratio_low; token 4: A<0, r=5>3 -> dual clip,
+    # which verl reports as pg_clipfrac_lower (verl/trainer/ppo/core_algos.py compute_policy_loss)
+    assert m["pg_clipfrac_ratio_high"].item() == pytest.approx(1 / 6)
+    assert m["pg_clipfrac_ratio_low"].item() == pytest.approx(1 / 6)
     assert m["pg_clipfrac"].item() == pytest.approx(2 / 6)
-    assert m["pg_clipfrac_dual"].item() == pytest.approx(1 / 6)
+    assert m["pg_clipfrac_lower"].item() == pytest.approx(1 / 6)
     assert m["approx_kl"].item() == pytest.approx(-float(new.mean()), rel=1e-6)
     no_dual, _ = _run("vanilla", old, new, adv, mask, norm, PolicyLossConfig(clip_ratio_c=None))
     dual, _ = _run("vanilla", old, new, adv, mask, norm, PolicyLossConfig(clip_ratio_c=3.0))

@@ -11,7 +11,7 @@ BAD_CONFIGS = [
     # unknown keys: the full dotted key and the closest valid one
     (["data.trian_batch_size=8"], "unknown config key 'data.trian_batch_size'; did you mean 'data.train_batch_size'?"),
     (["+actor_rollout_ref.actor.ppo_micro_batch_size=4"],
-     "did you mean 'actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu'?"),
+     "deprecated global micro-batch size; set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
     (["+actor_rollout_ref.rollout.use_kl_loss=true"],
      "unknown config key 'actor_rollout_ref.rollout.use_kl_loss'; did you mean 'actor_rollout_ref.actor.use_kl_loss'?"),
     (["+actor_rollout_ref.model.tiny_spec.hidden=64"],
@@ -23,7 +23,7 @@ BAD_CONFIGS = [
     (["data.train_batch_size=abc"], "data.train_batch_size='abc' has the wrong type: expected int, got str"),
     (["actor_rollout_ref.actor.use_kl_loss=maybe"], "actor_rollout_ref.actor.use_kl_loss='maybe' has the wrong type: "
                                                      "expected bool"),
-    (["trainer.logger=console"], "trainer.logger='console' has the wrong type: expected list of str"),
+    (["trainer.logger=[console,nope]"], "trainer.logger contains 'nope'"),
     (["actor_rollout_ref.actor.optim.lr=fast"], "actor_rollout_ref.actor.optim.lr='fast' has the wrong type: "
                                                 "expected float"),
     (["data.train_files=???"], "data.train_files is required but left at '???'"),
