@@ -2,7 +2,8 @@
 
 Starts a vLLM OpenAI-compatible server with what verl_like's server-mode rollout needs (the shape of
 `trl vllm-serve`): vLLM's weight-transfer endpoints (VLLM_SERVER_DEV_MODE=1) with the transfer engine for this
-machine (nccl on GPUs, our gloo engine on CPU, registered through `verl_like.rollout.server_extension`),
+machine (our gloo engine, registered through `verl_like.rollout.server_extension`; on GPUs it stages through host
+memory),
 log-probs after temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
 (`--max-logprobs -1`, for distillation), and the CPU start-up settings (eager mode, an explicit KV cache).
 Unknown arguments go to vLLM unchanged (e.g. `--dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.5`).
@@ -24,7 +25,7 @@ from typing import Any
 from verl_like.utils.env import default_env
 
 EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
-CPU_BACKEND = "verl_like_gloo"
+GLOO_BACKEND = "verl_like_gloo"
 SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
 
 
@@ -38,7 +39,7 @@ def server_command(
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The argv of one vLLM server process with verl_like's flags (vLLM's own `extra_args` appended last)."""
-    backend = CPU_BACKEND if device == "cpu" else "nccl"
+    backend = GLOO_BACKEND  # on GPUs too, through host memory, until a trainer side for vLLM's nccl engine exists
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", model_path,

@@ -3,8 +3,10 @@
 vLLM's native weight-transfer API (`/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`,
 `/finish_weight_update`) drives a `WeightTransferEngine` chosen by `--weight-transfer-config '{"backend": ...}'`.
 vLLM ships nccl and ipc engines, which need a GPU. Importing this module registers "verl_like_gloo": the same
-protocol over a gloo process group, so CPU servers (and CI) run the real server path. It speaks vLLM 0.32's engine
-API (the CPU build we test); GPU servers use vLLM's own nccl/ipc engines.
+protocol over a gloo process group through host memory, so CPU servers (and CI) run the real server path; GPU
+servers use it too for now (their tensors are staged through host memory; a trainer side for vLLM's nccl engine is
+not written yet). The engine API it implements is the same in vLLM 0.25.1 and 0.32 (0.25 also declares the
+trainer-side `trainer_send_weights` on the engine; see rollout/vllm_compat.py for the server differences).
 
 Protocol (the trainer side is `verl_like/resharding/transports/server.py`):
 - init_info: {master_address, master_port, rank_offset, world_size, timeout_s}. The trainer's sender is rank 0
@@ -90,8 +92,20 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         finalize_layerwise_reload(self.model, self.model_config)
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
-        # The base class ends with torch.accelerator.synchronize(), which raises on CPU; gloo is synchronous.
+        # The base class ends with torch.accelerator.synchronize(), which raises on CPU; gloo is synchronous, and
+        # on a GPU the host-to-device copies of the load are waited for here.
         self.receive_weights(self.parse_update_info(update_info))
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    @staticmethod
+    def trainer_send_weights(iterator: Any, trainer_args: dict[str, Any]) -> None:
+        """The trainer side of one update_info (vLLM 0.25 declares it on the engine): broadcasts the (name, tensor)
+        pairs as one flat host buffer of trainer_args["dtype"] from rank 0 of trainer_args["group"].
+        verl_like's trainer sends through resharding/transports/server.py, which does the same per bucket."""
+        dtype = trainer_args.get("dtype", torch.float32)
+        flat = torch.cat([tensor.detach().reshape(-1).to("cpu", dtype) for _, tensor in iterator])
+        trainer_args["group"].broadcast(flat, 0).wait()
 
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:

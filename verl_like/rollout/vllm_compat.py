@@ -15,6 +15,11 @@ What differs, and how each function below absorbs it:
   `isolate_cpu_shm_names(tag)` prefixes the names with a tag unique to the torch.distributed world, and
   `remove_cpu_shm(tag)` unlinks them (a killed process never does).
 - `SamplingParams(flat_logprobs=...)` exists in the releases we support; `flat_logprobs_kwargs` checks for it.
+- server mode (checked in both releases' source): the weight-transfer routes, their bodies and the engine base
+  class are the same for our gloo engine; 0.25 routes them under `entrypoints/serve/dev/rlhf`, ignores a
+  `weight_version` sent to `/finish_weight_update` and has no `GET /weight_info`; 0.25's engine base also declares
+  the trainer-side `trainer_send_weights` (the gloo engine implements it). vLLM's own nccl engine differs more
+  (0.25 takes `packed` in update_info, 0.32 in init_info); verl_like does not drive it yet.
 Shared by both (checked in each release's source): `logprobs_mode="processed_logprobs"`, `SamplingParams(top_k=0)`
 meaning "no top-k", `vllm.inputs.TokensPrompt`, `LLM.collective_rpc(callable)` handing the worker as first
 argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_prefix_cache()`.

@@ -8,8 +8,8 @@ pause. The whole model is never gathered on one device: every trainer rank takes
 at a time from the FSDP shards, and rank 0 holds at most one bucket. A failed update tears the group down; the
 next update builds it again.
 
-On CPU the group is gloo and the servers run our gloo engine (`verl_like.rollout.server_extension`); servers
-receive full tensors and each worker's vLLM loader keeps its own TP slice.
+The group is gloo and the servers run our gloo engine (`verl_like.rollout.server_extension`), on GPUs through host
+memory; servers receive full tensors and each worker's vLLM loader keeps its own TP slice.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class WeightSender:
         return sent, buckets
 
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> int:
-        flat = torch.cat([tensor.reshape(-1) for _, tensor in bucket])
+        flat = torch.cat([tensor.reshape(-1) for _, tensor in bucket]).cpu()  # gloo moves host memory
         info = {
             "names": [name for name, _ in bucket],
             "shapes": [list(tensor.shape) for _, tensor in bucket],
