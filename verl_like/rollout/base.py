@@ -88,7 +88,8 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def wake_up(self, tags: list[str] | None = None) -> None:
-        """Reverses `sleep`; `tags` (e.g. ["weights"], then ["kv_cache"]) wakes it in stages."""
+        """Reverses `sleep`; `tags` (e.g. ["weights"], then ["kv_cache"]) wakes it in stages. The engine owns its
+        sleep state: waking a part that is awake does nothing (callers wake before every use)."""
 
     @abc.abstractmethod
     def reset_cache(self) -> None:

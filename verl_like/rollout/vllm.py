@@ -222,9 +222,11 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Restores what `sleep` freed; with `tags` only those parts (the engine is awake once all are back)."""
-        parts = set(tags) if tags is not None else set(_ENGINE_PARTS)
+        parts = (set(tags) if tags is not None else set(_ENGINE_PARTS)) - self._awake_parts
+        if not parts:
+            return  # already awake
         if self._sleep_mode:
-            self.llm.wake_up(tags)
+            self.llm.wake_up(sorted(parts))
         # Tracked here rather than read from vLLM: releases before 0.32 return nothing from wake_up.
         self._awake_parts |= parts
 

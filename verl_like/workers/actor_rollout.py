@@ -118,7 +118,6 @@ class ActorRolloutWorker(Worker):
         self.rollout: RolloutEngine | None = None
         self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
         self._synced_step: int | None = None
-        self._weights_awake = self._kv_cache_awake = True  # a new engine is awake
 
     # ----- overridable hooks -----
 
@@ -399,9 +398,8 @@ class ActorRolloutWorker(Worker):
         actor = self._require(self.actor, "sync_weights")
         if self.transport is None:
             return {}
-        if self.rollout is not None and not self._weights_awake:
+        if self.rollout is not None:
             self.rollout.wake_up(["weights"])  # stage 1: weights only; the KV cache comes back for generation
-            self._weights_awake = True
         with self._onloaded(actor.engine):
             stats = self.transport.send(version=actor.engine.global_step)
         self._synced_step = actor.engine.global_step
@@ -410,17 +408,13 @@ class ActorRolloutWorker(Worker):
     def _wake_rollout(self) -> None:
         if self.rollout is None:
             return
-        if not self._weights_awake:
-            self.rollout.wake_up(["weights"])
-            self._weights_awake = True
-        if not self._kv_cache_awake:
-            self.rollout.wake_up(["kv_cache"])
-            self._kv_cache_awake = True
+        # Staged, weights before the KV cache; the engine owns its sleep state and skips parts already awake.
+        self.rollout.wake_up(["weights"])
+        self.rollout.wake_up(["kv_cache"])
 
     def _sleep_rollout(self) -> None:
         if self.rollout is not None and self.rollout_config.free_cache_engine:
             self.rollout.sleep()
-            self._weights_awake = self._kv_cache_awake = False
             if self.rollout.sleep_discards_weights:
                 self._synced_step = None  # the next generation syncs again, even within the same step
 
