@@ -19,6 +19,7 @@ class RayInitConfig:
     object_store_memory_mb: size of Ray's shared-memory object store; null lets Ray choose (30% of RAM).
     include_dashboard: start Ray's web dashboard.
     dashboard_host: the interface the dashboard listens on; 127.0.0.1 keeps it (and the job API) off the network.
+    dashboard_port: its port; checked to be free before Ray starts (docs/reliability.md lists every port).
     """
 
     num_cpus: int | None = None
@@ -26,10 +27,13 @@ class RayInitConfig:
     object_store_memory_mb: int | None = 512
     include_dashboard: bool = False
     dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
 
     def __post_init__(self) -> None:
         if not self.dashboard_host:
             raise ConfigError("trainer.ray_init.dashboard_host is empty; use 127.0.0.1 (loopback) or an interface's IP")
+        if not 1 <= self.dashboard_port <= 65535:
+            raise ConfigError(f"trainer.ray_init.dashboard_port={self.dashboard_port} must be a port in 1..65535")
         for key in ("num_cpus", "num_gpus", "object_store_memory_mb"):
             value = getattr(self, key)
             if value is not None and value < (1 if key != "num_gpus" else 0):
