@@ -318,17 +318,26 @@ class PPOTrainer:
         """Mean score of the validation set with the validation sampling settings, per data source.
 
         The score is the training score without the overlong penalty (rule and/or reward model, as
-        reward_model.combine says). The first trainer.log_val_generations samples are kept in
+        reward_model.combine says). Samples whose scoring failed are counted in val/reward/errors (and
+        val/reward/timeouts); reward_model.error_policy=skip leaves them out of the means, fail stops the run
+        when too many of a batch failed. The first trainer.log_val_generations samples are kept in
         `self.last_val_samples` for the generation log.
         """
         c = self._c
         wanted = self.config.trainer.log_val_generations
-        scores, sources = [], []
+        scores, sources, kept = [], [], []
+        errors = timeouts = 0.0
+        skip_failed = self.config.reward_model.error_policy == "skip"
         self.last_val_samples = []
         for prompts in c.val_batches():
             prompts.meta_info["validate"] = True
             out = c.actor_rollout.generate_sequences(prompts)
-            sequence_scores = self._batch_scorer.score(out).scores.sum(-1)
+            scored = self._batch_scorer.score(out)
+            sequence_scores = scored.scores.sum(-1)
+            errors += scored.metrics.get("reward/errors", 0.0)
+            timeouts += scored.metrics.get("reward/timeouts", 0.0)
+            failed = scored.failed if scored.failed is not None else torch.zeros(len(out), dtype=torch.bool)
+            kept.append(~failed if skip_failed else torch.ones_like(failed))
             scores.append(sequence_scores)
             sources.extend(out.non_tensor_batch["data_source"].tolist())
             if len(self.last_val_samples) < wanted:
@@ -338,10 +347,15 @@ class PPOTrainer:
         if not scores:
             return {}
         all_scores = torch.cat(scores).double()
-        metrics = {"val/score/mean": all_scores.mean().item()}
+        keep = torch.cat(kept)
+        metrics = {
+            "val/score/mean": all_scores[keep].mean().item() if keep.any() else float("nan"),
+            "val/reward/errors": errors,
+            "val/reward/timeouts": timeouts,
+        }
         for source in sorted(set(sources)):
-            mask = torch.tensor([s == source for s in sources])
-            metrics[f"val-core/{source}/reward/mean"] = all_scores[mask].mean().item()
+            mask = torch.tensor([s == source for s in sources]) & keep
+            metrics[f"val-core/{source}/reward/mean"] = all_scores[mask].mean().item() if mask.any() else float("nan")
         return metrics
 
     def fit(self) -> dict[str, float]:

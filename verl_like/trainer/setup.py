@@ -148,6 +148,8 @@ def build_components(
         num_workers=config.reward_model.scoring_workers,
         timeout_s=config.reward_model.scoring_timeout_s,
         reward_fn_key=config.data.reward_fn_key,
+        error_policy=config.reward_model.error_policy,
+        max_error_fraction=config.reward_model.max_error_fraction,
     )
 
     trainer = config.trainer
