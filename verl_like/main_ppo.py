@@ -39,7 +39,13 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in ("-h", "--help") for a in args):
         print(__doc__)
         return
-    run(args)
+    from verl_like.trainer.interrupts import TrainingInterrupted
+
+    try:
+        run(args)
+    except TrainingInterrupted as stopped:  # preemption / `ray job stop` / Ctrl-C: checkpointed, workers released
+        logger.warning("%s; resume_mode=auto continues from it", stopped)
+        raise SystemExit(stopped.exit_code) from None
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from verl_like.algorithms import (
 from verl_like.protocol import DataProto
 from verl_like.trainer.balance import balance_batch
 from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_state
+from verl_like.trainer.interrupts import StopRequests, TrainingInterrupted
 from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, throughput_metrics, timed
 from verl_like.trainer.progress import Progress
 from verl_like.trainer.rewarding import BatchScorer
@@ -114,7 +115,7 @@ class PPOTrainer:
             manager = CheckpointManager(path.parent)
         else:
             manager = self.checkpoints
-            step = manager.latest_step()
+            step = manager.latest_step(required_parts=["actor"] + (["critic"] if self._c.critic is not None else []))
             if step is None:
                 logger.info("resume_mode=auto: no checkpoint under %s, starting fresh", manager.root)
                 return
@@ -135,18 +136,21 @@ class PPOTrainer:
         self.global_step = step
         logger.info("resumed from %s at step %d", manager.step_dir(step), step)
 
-    def _save_checkpoint(self) -> None:
-        staging = self.checkpoints.begin(self.global_step)
-        self._c.actor_rollout.save_checkpoint(str(staging / "actor"))
-        if self._c.critic is not None:
-            self._c.critic.save_checkpoint(str(staging / "critic"))
+    def _save_checkpoint(self) -> Path:
+        """Writes the checkpoint of the current step; raises CheckpointSaveError (previous one intact) on failure."""
+
+        def write_parts(staging: Path) -> None:
+            self._c.actor_rollout.save_checkpoint(str(staging / "actor"))
+            if self._c.critic is not None:
+                self._c.critic.save_checkpoint(str(staging / "critic"))
+
         state = {
             "step": self.global_step,
             "dataloader": self._c.train_loader.state_dict(),
             "kl_coef": float(self.kl_ctrl.value),
             "rng": rng_state(),
         }
-        self.checkpoints.commit(self.global_step, staging, state)
+        return self.checkpoints.save(self.global_step, write_parts, state)
 
     # ------------------------------------------------------------------ phases
     def _generate(self, prompts: DataProto, timings: dict[str, float], attempt: int = 0) -> DataProto:
@@ -369,25 +373,35 @@ class PPOTrainer:
         total = self._c.total_training_steps
         progress = Progress(total=total, start=self.global_step)
         last: dict[str, float] = {}
+        stops = StopRequests()  # SIGTERM/SIGINT: finish the step, checkpoint, raise TrainingInterrupted
         try:
-            if cfg.val_before_train and self.global_step == 0:
-                last = self.validate()
-                self.tracking.log(last, step=0)
-                if generations is not None:
-                    generations.log(self.last_val_samples, step=0)
-                progress.note(last)
-            while self.global_step < total:
-                metrics = self.train_step()
-                self.global_step += 1
-                if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or self.global_step == total):
-                    metrics.update(self.validate())
+            with stops:
+                if cfg.val_before_train and self.global_step == 0:
+                    last = self.validate()
+                    self.tracking.log(last, step=0)
                     if generations is not None:
-                        generations.log(self.last_val_samples, step=self.global_step)
-                if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
-                    self._save_checkpoint()
-                self.tracking.log(metrics, step=self.global_step)
-                progress.update(self.global_step, metrics)
-                last = metrics
+                        generations.log(self.last_val_samples, step=0)
+                    progress.note(last)
+                while self.global_step < total and stops.requested is None:
+                    metrics = self.train_step()
+                    self.global_step += 1
+                    if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or self.global_step == total):
+                        metrics.update(self.validate())
+                        if generations is not None:
+                            generations.log(self.last_val_samples, step=self.global_step)
+                    saved = None
+                    if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
+                        saved = self._save_checkpoint()
+                    self.tracking.log(metrics, step=self.global_step)
+                    progress.update(self.global_step, metrics)
+                    last = metrics
+                    if stops.requested is not None and saved is None and cfg.save_freq > 0:
+                        saved = self._save_checkpoint()
+                if stops.requested is not None:
+                    checkpoint = self.checkpoints.step_dir(self.global_step) if cfg.save_freq > 0 else None
+                    if checkpoint is not None and not checkpoint.is_dir():
+                        checkpoint = None  # stopped before the first step (e.g. during val_before_train)
+                    raise TrainingInterrupted(stops.requested, self.global_step, checkpoint and str(checkpoint))
         finally:
             progress.close()
             self.tracking.close()
