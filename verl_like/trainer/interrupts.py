@@ -23,7 +23,7 @@ class TrainingInterrupted(RuntimeError):
 
     def __init__(self, signum: int, step: int, checkpoint: str | None) -> None:
         name = signal.Signals(signum).name
-        where = f"checkpoint {checkpoint} written" if checkpoint else "no checkpoint written (trainer.save_freq=-1)"
+        where = f"checkpoint {checkpoint} written" if checkpoint else "no checkpoint (trainer.save_freq=-1, or step 0)"
         super().__init__(f"stopped by {name} after step {step}; {where}")
         self.signum = signum
         self.step = step

@@ -152,6 +152,15 @@ class PPOTrainer:
         }
         return self.checkpoints.save(self.global_step, write_parts, state)
 
+    def _checkpoint_on_stop(self) -> str | None:
+        """The checkpoint of the current step, written now unless it exists (None with save_freq=-1 or at step 0)."""
+        if self.config.trainer.save_freq < 0 or self.global_step == 0:
+            return None
+        directory = self.checkpoints.step_dir(self.global_step)
+        if not directory.is_dir():
+            directory = self._save_checkpoint()
+        return str(directory)
+
     # ------------------------------------------------------------------ phases
     def _generate(self, prompts: DataProto, timings: dict[str, float], attempt: int = 0) -> DataProto:
         prompts.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(prompts))], dtype=object)
@@ -389,19 +398,13 @@ class PPOTrainer:
                         metrics.update(self.validate())
                         if generations is not None:
                             generations.log(self.last_val_samples, step=self.global_step)
-                    saved = None
                     if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
-                        saved = self._save_checkpoint()
+                        self._save_checkpoint()
                     self.tracking.log(metrics, step=self.global_step)
                     progress.update(self.global_step, metrics)
                     last = metrics
-                    if stops.requested is not None and saved is None and cfg.save_freq > 0:
-                        saved = self._save_checkpoint()
-                if stops.requested is not None:
-                    checkpoint = self.checkpoints.step_dir(self.global_step) if cfg.save_freq > 0 else None
-                    if checkpoint is not None and not checkpoint.is_dir():
-                        checkpoint = None  # stopped before the first step (e.g. during val_before_train)
-                    raise TrainingInterrupted(stops.requested, self.global_step, checkpoint and str(checkpoint))
+                if stops.requested is not None and self.global_step < total:
+                    raise TrainingInterrupted(stops.requested, self.global_step, self._checkpoint_on_stop())
         finally:
             progress.close()
             self.tracking.close()

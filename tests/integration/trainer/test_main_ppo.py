@@ -65,30 +65,75 @@ def test_ci_smoke_job_trains_validates_and_logs(cache_dir, tmp_path):
     assert last["rollout/logprob_diff_mean"] < 1e-3
 
 
-def test_kill_then_resume_reproduces_the_uninterrupted_run(cache_dir, tmp_path):
-    common = ["+trainer=ci_smoke", "trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.test_freq=-1",
-              "trainer.resume_mode=auto"]
-    straight = tmp_path / "straight"
-    _run([*common, f"trainer.default_local_dir={straight}"], cache_dir)
-    expected = {r["step"]: r for r in read_metrics(straight / "metrics.jsonl")}
+RESUMABLE = ["+trainer=ci_smoke", "trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.test_freq=-1",
+             "trainer.resume_mode=auto"]
 
-    crashed = tmp_path / "crashed"
-    proc = _main_ppo([*common, f"trainer.default_local_dir={crashed}"], cache_dir)
+
+@pytest.fixture(scope="module")
+def uninterrupted(cache_dir, tmp_path_factory):
+    """Metrics by step of the 4-step run the interrupted runs must reproduce once resumed."""
+    straight = tmp_path_factory.mktemp("straight")
+    _run([*RESUMABLE, f"trainer.default_local_dir={straight}"], cache_dir)
+    return {r["step"]: r for r in read_metrics(straight / "metrics.jsonl")}
+
+
+def _wait_for_step(proc: subprocess.Popen, metrics: Path, step: int) -> None:
     deadline = time.monotonic() + 600
-    metrics = crashed / "metrics.jsonl"
-    while not (metrics.exists() and any(r["step"] == 3 for r in read_metrics(metrics))):
+    while not (metrics.exists() and any(r["step"] == step for r in read_metrics(metrics))):
         assert proc.poll() is None, proc.stdout.read()[-4000:]
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)  # driver and its local Ray cluster, mid-run, after the step-2 checkpoint
-    proc.wait()
-    _run([*common, f"trainer.default_local_dir={crashed}"], cache_dir)
 
-    resumed = [r for r in read_metrics(metrics) if r["step"] >= 3]
-    assert [r["step"] for r in resumed[-2:]] == [3, 4]
-    for record in resumed[-2:]:
+
+def _assert_resumed_matches(metrics: Path, expected: dict, first: int) -> None:
+    resumed = [r for r in read_metrics(metrics) if r["step"] >= first]
+    assert [r["step"] for r in resumed[-(5 - first):]] == list(range(first, 5))
+    for record in resumed[-(5 - first):]:
         for key in DETERMINISTIC:
             assert record[key] == pytest.approx(expected[record["step"]][key], rel=1e-6, abs=1e-7), key
+
+
+def test_kill_then_resume_reproduces_the_uninterrupted_run(cache_dir, tmp_path, uninterrupted):
+    crashed = tmp_path / "crashed"
+    proc = _main_ppo([*RESUMABLE, f"trainer.default_local_dir={crashed}"], cache_dir)
+    _wait_for_step(proc, crashed / "metrics.jsonl", 3)
+    os.killpg(proc.pid, signal.SIGKILL)  # driver and its local Ray cluster, mid-run, after the step-2 checkpoint
+    proc.wait()
+    _run([*RESUMABLE, f"trainer.default_local_dir={crashed}"], cache_dir)
+    _assert_resumed_matches(crashed / "metrics.jsonl", uninterrupted, 3)
+
+
+def test_sigterm_finishes_the_step_checkpoints_exits_and_resume_matches(cache_dir, tmp_path, uninterrupted):
+    """Preemption / `ray job stop`: SIGTERM to the driver alone; it must stop its workers and Ray itself."""
+    from verl_like.trainer.checkpoint import CheckpointManager
+
+    run = tmp_path / "preempted"
+    proc = _main_ppo([*RESUMABLE, f"trainer.default_local_dir={run}"], cache_dir)
+    _wait_for_step(proc, run / "metrics.jsonl", 1)
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-4000:]
+    assert time.monotonic() - signalled < 60
+    stopped_at = max(r["step"] for r in read_metrics(run / "metrics.jsonl"))
+    assert f"stopped by SIGTERM after step {stopped_at}; checkpoint" in out
+    assert CheckpointManager(run / "checkpoints").latest_step() == stopped_at
+    deadline = time.monotonic() + 30  # the local Ray cluster and vLLM workers went with the driver
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"processes of the stopped run remain:\n{_group_processes(proc.pid)}")
+    if stopped_at < 4:
+        _run([*RESUMABLE, f"trainer.default_local_dir={run}"], cache_dir)
+        _assert_resumed_matches(run / "metrics.jsonl", uninterrupted, stopped_at + 1)
+
+
+def _group_processes(pgid: int) -> str:
+    return subprocess.run(["ps", "-o", "pid,pgid,cmd", "-g", str(pgid)], capture_output=True, text=True).stdout
 
 
 def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
