@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
 from verl_like.utils.tracking import SUPPORTED_BACKENDS
+
+if TYPE_CHECKING:
+    from verl_like.single_controller.timeouts import CallTimeouts
 
 DEVICES = ("auto", "cuda", "cpu")
 RESUME_MODES = ("disable", "auto", "resume_path")
@@ -42,20 +46,40 @@ class RayInitConfig:
 
 @dataclass(frozen=True)
 class TimeoutsConfig:
-    """`trainer.timeouts` (seconds): a worker that exceeds one fails the run with an error naming it.
+    """`trainer.timeouts` (seconds): a worker that exceeds one fails the run with an error naming its rank and method.
 
     worker_start_timeout_s: waiting for the cluster to place the worker groups (and for them to build).
-    worker_call_timeout_s: one worker-group call (generation, update, ...).
+    worker_call_timeout_s: one worker-group call; null (default) adapts each method's timeout to its own earlier
+      calls (verl_like/single_controller/timeouts.py): first_call_timeout_s for its first call, then
+      max(min_call_timeout_s, call_timeout_factor x its slowest earlier call). A number fixes it for every call.
     The weight-sync timeout is actor_rollout_ref.rollout.weight_sync_timeout_s.
     """
 
     worker_start_timeout_s: float = 300.0
-    worker_call_timeout_s: float = 3600.0
+    worker_call_timeout_s: float | None = None
+    first_call_timeout_s: float = 900.0
+    call_timeout_factor: float = 10.0
+    min_call_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
-        for key in ("worker_start_timeout_s", "worker_call_timeout_s"):
+        for key in ("worker_start_timeout_s", "first_call_timeout_s", "call_timeout_factor", "min_call_timeout_s"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"trainer.timeouts.{key}={getattr(self, key)} must be > 0")
+        if self.worker_call_timeout_s is not None and not self.worker_call_timeout_s > 0:
+            raise ConfigError(
+                f"trainer.timeouts.worker_call_timeout_s={self.worker_call_timeout_s} must be > 0, or null (adaptive)"
+            )
+
+    def call_timeouts(self) -> CallTimeouts:
+        """The worker groups' default call timeouts."""
+        from verl_like.single_controller.timeouts import CallTimeouts
+
+        return CallTimeouts(
+            fixed_s=self.worker_call_timeout_s,
+            first_call_s=self.first_call_timeout_s,
+            factor=self.call_timeout_factor,
+            min_s=self.min_call_timeout_s,
+        )
 
 
 @dataclass(frozen=True)

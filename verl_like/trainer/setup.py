@@ -196,7 +196,7 @@ def build_components(
         pool,
         roles,
         name="hybrid",
-        default_timeout_s=trainer.timeouts.worker_call_timeout_s,
+        default_timeout_s=trainer.timeouts.call_timeouts(),
         init_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
     actor_rollout = group.role("actor_rollout")
