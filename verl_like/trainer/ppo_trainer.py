@@ -209,9 +209,10 @@ class PPOTrainer:
         n = self.config.actor_rollout_ref.rollout.n
         wanted = self.config.data.train_batch_size
         kept: list[DataProto] = []
-        kept_groups = 0
+        kept_groups = scored_samples = failed_samples = 0
         for attempt in range(1, filters.max_num_gen_batches + 1):
             batch = self._score(self._generate(self._c.train_loader.next_batch(), timings, attempt), timings, metrics)
+            scored_samples, failed_samples = scored_samples + len(batch), failed_samples + metrics.get("reward/errors", 0)
             if filters.metric == "acc":
                 values = batch.batch["acc"]
             else:
@@ -222,10 +223,16 @@ class PPOTrainer:
             if kept_groups >= wanted:
                 metrics["dynamic_sampling/gen_batches"] = attempt
                 return DataProto.concat(kept)[: wanted * n]
+        cause = (
+            f"{failed_samples:g} of the {scored_samples} samples scored failed (reward/errors), so their equal 0 "
+            "rewards have no variance: fix the reward function (reward_model.error_policy="
+            f"{self.config.reward_model.error_policy} let them through)"
+            if failed_samples > scored_samples / 2
+            else "raise max_num_gen_batches, or the task is too easy/hard for the policy (all-equal rewards)"
+        )
         raise RuntimeError(
             f"dynamic sampling kept {kept_groups} of the {wanted} groups needed after "
-            f"algorithm.filter_groups.max_num_gen_batches={filters.max_num_gen_batches} generation batches; "
-            "raise max_num_gen_batches, or the task is too easy/hard for the policy (all-equal rewards)"
+            f"algorithm.filter_groups.max_num_gen_batches={filters.max_num_gen_batches} generation batches; {cause}"
         )
 
     def _compute_advantages(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
