@@ -39,7 +39,8 @@ def init_ray(
 ) -> None:
     """Joins the cluster `resolve_cluster_address(address)` names, else starts a local one bound to loopback.
 
-    num_cpus, num_gpus, object_store_memory_mb, include_dashboard, dashboard_host and dashboard_port size and expose only a
+    num_cpus, num_gpus, object_store_memory_mb, include_dashboard, dashboard_host and dashboard_port size and
+    expose only a
     local cluster. `env_vars` reach every worker process through the job's runtime_env; under `ray job submit`,
     keys the submitted runtime_env already sets are left to it (Ray refuses to merge two values for one key).
     Does nothing if Ray is already initialised in this process.

@@ -148,9 +148,9 @@ class WorkerGroup:
         self.pool = pool
         self.roles = dict(roles)
         # A number is every call's default; CallTimeouts adapts each method's default to its earlier calls.
-        self.call_timeouts = (
-            default_timeout_s if isinstance(default_timeout_s, CallTimeouts) else CallTimeouts(fixed_s=default_timeout_s)
-        )
+        if not isinstance(default_timeout_s, CallTimeouts):
+            default_timeout_s = CallTimeouts(fixed_s=default_timeout_s)
+        self.call_timeouts = default_timeout_s
         self.default_timeout_s = self.call_timeouts.fixed_s or self.call_timeouts.first_call_s
         self._meshes: dict[tuple[str, str], MeshInfo] = {}
         self._actors: list[Any] = []

@@ -212,7 +212,8 @@ class PPOTrainer:
         kept_groups = scored_samples = failed_samples = 0
         for attempt in range(1, filters.max_num_gen_batches + 1):
             batch = self._score(self._generate(self._c.train_loader.next_batch(), timings, attempt), timings, metrics)
-            scored_samples, failed_samples = scored_samples + len(batch), failed_samples + metrics.get("reward/errors", 0)
+            scored_samples += len(batch)
+            failed_samples += metrics.get("reward/errors", 0)
             if filters.metric == "acc":
                 values = batch.batch["acc"]
             else:

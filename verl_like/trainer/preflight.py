@@ -25,7 +25,11 @@ from verl_like.config.ppo import PPOConfig
 logger = logging.getLogger(__name__)
 
 # trainer.logger entry -> the module its sink imports, and the package to install.
-LOGGER_MODULES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}
+LOGGER_MODULES = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow", "mlflow"),
+}
 # A checkpoint holds the weights plus two fp32 Adam moments: about 3x the model files (fp32 weights), more for bf16.
 CHECKPOINT_SIZE_FACTOR = 3.0
 
@@ -34,7 +38,9 @@ class PreflightError(ConfigError):
     """A setting this machine cannot honour (missing devices or packages, unwritable paths, busy ports)."""
 
 
-def run_preflight(config: PPOConfig, *, joining_cluster: bool | None = None, reward_fn: Callable[..., Any] | None = None) -> None:
+def run_preflight(
+    config: PPOConfig, *, joining_cluster: bool | None = None, reward_fn: Callable[..., Any] | None = None
+) -> None:
     """Raises PreflightError for the first setting this machine cannot honour.
 
     joining_cluster: the driver joins a running Ray cluster (None: decide from trainer.ray_address and

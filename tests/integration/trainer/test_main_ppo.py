@@ -91,7 +91,8 @@ def _assert_every_step_matches(metrics: Path, expected: dict) -> None:
     assert {r["step"] for r in records} == {1, 2, 3, 4}
     for record in records:
         for key in DETERMINISTIC:
-            assert record[key] == pytest.approx(expected[record["step"]][key], rel=1e-6, abs=1e-7), (record["step"], key)
+            expected_value = expected[record["step"]][key]
+            assert record[key] == pytest.approx(expected_value, rel=1e-6, abs=1e-7), (record["step"], key)
 
 
 def _assert_no_process_left(sid: int) -> None:

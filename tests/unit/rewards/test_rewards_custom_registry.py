@@ -19,7 +19,8 @@ def test_load_custom_function():
 
 
 def test_missing_file_names_the_existing_top_level_key():
-    with pytest.raises(CustomRewardError, match=r"'/no/such.py' does not exist; set custom_reward_function.path") as info:
+    expected = r"'/no/such.py' does not exist; set custom_reward_function.path"
+    with pytest.raises(CustomRewardError, match=expected) as info:
         load_custom_function("/no/such.py", "fn")
     assert "reward.custom_reward_function" not in str(info.value)
 
@@ -66,7 +67,8 @@ def test_registry_routes_by_data_source():
 
 
 def test_unknown_data_source():
-    with pytest.raises(KeyError, match=r"no rule scorer for data_source 'mine'.*or set custom_reward_function.path and custom_reward_function.name"):
+    expected = r"no rule scorer for data_source 'mine'.*or set custom_reward_function.path and custom_reward_function.name"
+    with pytest.raises(KeyError, match=expected):
         get_scorer("mine")
 
 

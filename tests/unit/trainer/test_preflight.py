@@ -24,7 +24,8 @@ def test_the_ci_smoke_config_passes_and_creates_the_run_dir(tmp_path):
 
 def test_cuda_without_gpus_fails_at_once_naming_trainer_device(tmp_path):
     config = _config(tmp_path, "trainer.device=cuda")
-    with pytest.raises(PreflightError, match=r"trainer.device=cuda but this machine has no usable GPU.*trainer.device=cpu"):
+    expected = r"trainer.device=cuda but this machine has no usable GPU.*trainer.device=cpu"
+    with pytest.raises(PreflightError, match=expected):
         preflight.check_devices(config, cuda_devices=0)
 
 
@@ -45,7 +46,8 @@ def test_workers_beyond_the_counted_cpus_name_cpus_per_worker(tmp_path, monkeypa
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed here")
 def test_wandb_logger_without_the_package_names_the_install(tmp_path):
     config = _config(tmp_path, "trainer.logger=[console,wandb]")
-    with pytest.raises(PreflightError, match=r"trainer.logger contains 'wandb' but the 'wandb' package is not installed"):
+    expected = r"trainer.logger contains 'wandb' but the 'wandb' package is not installed"
+    with pytest.raises(PreflightError, match=expected):
         run_preflight(config, joining_cluster=False)
 
 
@@ -53,7 +55,8 @@ def test_csv_data_file_is_refused_by_its_suffix(tmp_path):
     data = tmp_path / "train.csv"
     data.write_text("prompt,answer\n")
     config = _config(tmp_path, f"data.train_files=[{data}]")
-    with pytest.raises(PreflightError, match=r"data.train_files: .*train.csv' is a .csv file; verl_like reads .parquet"):
+    expected = r"data.train_files: .*train.csv' is a .csv file; verl_like reads .parquet"
+    with pytest.raises(PreflightError, match=expected):
         run_preflight(config, joining_cluster=False)
 
 
@@ -81,14 +84,16 @@ def test_run_dir_under_a_regular_file_is_refused(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     config = load_config(["+trainer=ci_smoke", f"trainer.default_local_dir={blocker / 'run'}"])
-    with pytest.raises(PreflightError, match=r"trainer.default_local_dir=.*a_file/run' cannot be created: .*a_file is a file"):
+    expected = r"trainer.default_local_dir=.*a_file/run' cannot be created: .*a_file is a file"
+    with pytest.raises(PreflightError, match=expected):
         run_preflight(config, joining_cluster=False)
 
 
 def test_unwritable_run_dir_is_refused(tmp_path):
     # /sys refuses new folders even to root (a chmod'ed folder would not stop root, which runs CI here).
     config = load_config(["+trainer=ci_smoke", "trainer.default_local_dir=/sys/verl_like_run"])
-    with pytest.raises(PreflightError, match=r"trainer.default_local_dir='/sys/verl_like_run' is not writable \(Permission"):
+    expected = r"trainer.default_local_dir='/sys/verl_like_run' is not writable \(Permission"
+    with pytest.raises(PreflightError, match=expected):
         run_preflight(config, joining_cluster=False)
 
 
