@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import time
 
 import pytest
@@ -80,8 +81,17 @@ def test_unregistered_method_is_refused_with_the_registered_list(echo):
         echo.not_registered()
 
 
-def test_gloo_all_reduce_inside_group(echo):
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+
+
+def test_gloo_all_reduce_inside_group_listens_on_loopback_only(echo):
     assert echo.all_reduce_rank() == [3.0, 3.0]
+    # On a local cluster (MASTER_ADDR 127.0.0.1) the rendezvous store and gloo bind loopback, not every interface.
+    for rank, addresses in enumerate(echo.listening_addresses()):
+        exposed = [(ip, port) for ip, port in addresses if not _is_loopback(ip)]
+        assert addresses and not exposed, f"rank {rank} listens beyond loopback: {exposed}"
 
 
 def test_nonblocking_future_chains_to_another_group_without_driver(pool, echo):
