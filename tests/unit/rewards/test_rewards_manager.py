@@ -200,3 +200,23 @@ def test_bad_policy_arguments(tokenizer):
         RewardManager(tokenizer, num_workers=0, error_policy="ignore")
     with pytest.raises(ValueError, match="max_error_fraction=1.5 must lie in"):
         RewardManager(tokenizer, num_workers=0, max_error_fraction=1.5)
+
+
+def test_pool_workers_outlast_ctrl_c_and_an_idle_worker_killed_by_sigterm_is_replaced(tokenizer):
+    import os
+    import signal
+
+    pool = ScoringPool(load_custom_function(FNS, "misbehaving"), 1, 5.0)
+    try:
+        task = dict(data_source="x", solution_str="1", ground_truth="1", extra_info=None)
+        assert pool.map([task])[0].score == 1.0  # the worker is up and has installed its handlers
+        pid = pool._workers[0].process.pid
+        os.kill(pid, signal.SIGINT)
+        outcome = pool.map([task])[0]
+        assert outcome.error is None and pool._workers[0].process.pid == pid
+        os.kill(pid, signal.SIGTERM)
+        pool._workers[0].process.join(timeout=5)
+        outcome = pool.map([task])[0]
+        assert outcome.error is None and pool._workers[0].process.pid != pid
+    finally:
+        pool.close()
