@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from verl_like.config.actor import FSDPConfig
 from verl_like.config.errors import ConfigError
 from verl_like.engine.config import EngineConfig
+from verl_like.rewards.error_policy import ERROR_POLICIES
 
 # "naive": each response's score sits on its last valid token (verl_like/rewards/manager.py).
 REWARD_MANAGERS = ("naive",)
@@ -70,7 +71,14 @@ class RewardModelConfig:
     Rule scoring (always on; selected per row by its data source, or by custom_reward_function)
       reward_manager: how scores become token-level rewards: "naive" (the score at the last response token).
       scoring_workers: processes scoring in parallel; 0 scores in the driver process.
-      scoring_timeout_s: a scorer call running longer gives that sample reward 0 (counted in the metrics).
+      scoring_timeout_s: a scorer call running longer fails that sample (counted in reward/timeouts).
+      error_policy: what a failed sample (the scorer raised, returned NaN/inf or a non-number, timed out, or its
+        data_source has no scorer; counted in reward/errors and val/reward/errors) does to the run:
+        "fail" (default) scores it 0 but stops the run when more than max_error_fraction of a batch failed,
+        naming the first failure; "zero" scores it 0 and goes on (verl's behaviour); "skip" leaves it out of
+        the update and of the validation mean, and stops the run past max_error_fraction like "fail".
+      max_error_fraction: the share of failed samples in one batch (training or validation) that fail/skip
+        tolerate; 0 stops at the first failure.
     Reward-model role (verl_like/workers/reward_model.py; one more role in each worker process, like the critic)
       enable: also score with a learned reward model ("rm_scores", one number per response on its last token).
       combine: "add" (token_level_scores = rule score + RM score) or "replace" (the RM score alone; the rule
@@ -83,6 +91,8 @@ class RewardModelConfig:
     reward_manager: str = "naive"
     scoring_workers: int = 2
     scoring_timeout_s: float = 30.0
+    error_policy: str = "fail"
+    max_error_fraction: float = 0.5
     enable: bool = False
     combine: str = "add"
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
@@ -103,6 +113,13 @@ class RewardModelConfig:
             )
         if not self.scoring_timeout_s > 0:
             raise ConfigError(f"reward_model.scoring_timeout_s={self.scoring_timeout_s} must be > 0")
+        if self.error_policy not in ERROR_POLICIES:
+            raise ConfigError(f"reward_model.error_policy={self.error_policy!r} must be one of {ERROR_POLICIES}")
+        if not 0 <= self.max_error_fraction <= 1:
+            raise ConfigError(
+                f"reward_model.max_error_fraction={self.max_error_fraction} must lie in [0, 1] (0.5: stop when most "
+                "of a batch failed to score)"
+            )
         if self.micro_batch_size_per_gpu < 1:
             raise ConfigError(f"reward_model.micro_batch_size_per_gpu={self.micro_batch_size_per_gpu} must be >= 1")
         if self.forward_max_token_len_per_gpu < 1:

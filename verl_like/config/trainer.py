@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
 from verl_like.utils.tracking import SUPPORTED_BACKENDS
+
+if TYPE_CHECKING:
+    from verl_like.single_controller.timeouts import CallTimeouts
 
 DEVICES = ("auto", "cuda", "cpu")
 RESUME_MODES = ("disable", "auto", "resume_path")
@@ -19,6 +23,7 @@ class RayInitConfig:
     object_store_memory_mb: size of Ray's shared-memory object store; null lets Ray choose (30% of RAM).
     include_dashboard: start Ray's web dashboard.
     dashboard_host: the interface the dashboard listens on; 127.0.0.1 keeps it (and the job API) off the network.
+    dashboard_port: its port; checked to be free before Ray starts (docs/reliability.md lists every port).
     """
 
     num_cpus: int | None = None
@@ -26,10 +31,13 @@ class RayInitConfig:
     object_store_memory_mb: int | None = 512
     include_dashboard: bool = False
     dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
 
     def __post_init__(self) -> None:
         if not self.dashboard_host:
             raise ConfigError("trainer.ray_init.dashboard_host is empty; use 127.0.0.1 (loopback) or an interface's IP")
+        if not 1 <= self.dashboard_port <= 65535:
+            raise ConfigError(f"trainer.ray_init.dashboard_port={self.dashboard_port} must be a port in 1..65535")
         for key in ("num_cpus", "num_gpus", "object_store_memory_mb"):
             value = getattr(self, key)
             if value is not None and value < (1 if key != "num_gpus" else 0):
@@ -38,20 +46,40 @@ class RayInitConfig:
 
 @dataclass(frozen=True)
 class TimeoutsConfig:
-    """`trainer.timeouts` (seconds): a worker that exceeds one fails the run with an error naming it.
+    """`trainer.timeouts` (seconds): a worker that exceeds one fails the run with an error naming its rank and method.
 
     worker_start_timeout_s: waiting for the cluster to place the worker groups (and for them to build).
-    worker_call_timeout_s: one worker-group call (generation, update, ...).
+    worker_call_timeout_s: one worker-group call; null (default) adapts each method's timeout to its own earlier
+      calls (verl_like/single_controller/timeouts.py): first_call_timeout_s for its first call, then
+      max(min_call_timeout_s, call_timeout_factor x its slowest earlier call). A number fixes it for every call.
     The weight-sync timeout is actor_rollout_ref.rollout.weight_sync_timeout_s.
     """
 
     worker_start_timeout_s: float = 300.0
-    worker_call_timeout_s: float = 3600.0
+    worker_call_timeout_s: float | None = None
+    first_call_timeout_s: float = 900.0
+    call_timeout_factor: float = 10.0
+    min_call_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
-        for key in ("worker_start_timeout_s", "worker_call_timeout_s"):
+        for key in ("worker_start_timeout_s", "first_call_timeout_s", "call_timeout_factor", "min_call_timeout_s"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"trainer.timeouts.{key}={getattr(self, key)} must be > 0")
+        if self.worker_call_timeout_s is not None and not self.worker_call_timeout_s > 0:
+            raise ConfigError(
+                f"trainer.timeouts.worker_call_timeout_s={self.worker_call_timeout_s} must be > 0, or null (adaptive)"
+            )
+
+    def call_timeouts(self) -> CallTimeouts:
+        """The worker groups' default call timeouts."""
+        from verl_like.single_controller.timeouts import CallTimeouts
+
+        return CallTimeouts(
+            fixed_s=self.worker_call_timeout_s,
+            first_call_s=self.first_call_timeout_s,
+            factor=self.call_timeout_factor,
+            min_s=self.min_call_timeout_s,
+        )
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

@@ -41,7 +41,7 @@ def load_custom_function(path: str, name: str) -> Callable:
     file = Path(path).expanduser()
     if not file.is_file():
         raise CustomRewardError(
-            f"custom reward file {path!r} does not exist; set reward.custom_reward_function.path to a .py file"
+            f"custom reward file {path!r} does not exist; set custom_reward_function.path to a .py file"
         )
     module_name = f"verl_like_custom_reward_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, file)
@@ -60,7 +60,7 @@ def load_custom_function(path: str, name: str) -> Callable:
         functions = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
         raise CustomRewardError(
             f"custom reward file {path!r} defines no {name!r}; callables in it: {functions}; set "
-            "reward.custom_reward_function.name"
+            "custom_reward_function.name"
         )
     fn = getattr(module, name)
     if not callable(fn):

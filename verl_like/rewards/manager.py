@@ -3,12 +3,13 @@
 The score of each response sits on its last valid token (outcome reward), so `token_level_scores` is zero
 elsewhere. Scoring runs in a pool of worker processes with a per-sample timeout (verl_like/rewards/pool.py): a
 scorer that raises, returns a non-number or hangs gives that sample 0, counted in `reward/errors` and
-`reward/timeouts`; a batch is never lost to a scorer bug.
+`reward/timeouts`; whether the run goes on is `error_policy`'s call (verl_like/rewards/error_policy.py).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -17,10 +18,27 @@ from transformers import PreTrainedTokenizerBase
 
 from verl_like.protocol import DataProto
 from verl_like.rewards.custom import check_reward_signature
+from verl_like.rewards.error_policy import ERROR_POLICIES, FailedSample, check_error_budget, describe_failures
 from verl_like.rewards.pool import ScoreOutcome, ScoringPool, score_one
 from verl_like.rewards.registry import default_compute_score
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RuleScores:
+    """Rule scores of a batch: token_level_scores `(batch, response_len)`, reward/* metrics, and the samples whose
+    scoring failed (scored 0)."""
+
+    token_level_scores: torch.Tensor
+    metrics: dict[str, float]
+    failed: list[FailedSample]
+
+    def failed_mask(self) -> torch.Tensor:
+        """`(batch,)` bool: True where scoring failed."""
+        mask = torch.zeros(self.token_level_scores.shape[0], dtype=torch.bool)
+        mask[[f.index for f in self.failed]] = True
+        return mask
 
 
 class RewardManager:
@@ -31,6 +49,8 @@ class RewardManager:
         a scorer that hangs (use it for debugging only).
     timeout_s: per-sample limit in the workers.
     reward_fn_key: the non-tensor column naming each row's data source (data.reward_fn_key).
+    error_policy / max_error_fraction: reward_model.error_policy ("fail", "zero" or "skip") and the fraction of
+        failed samples a batch may have under fail and skip (verl_like/rewards/error_policy.py).
     """
 
     def __init__(
@@ -41,9 +61,17 @@ class RewardManager:
         num_workers: int = 2,
         timeout_s: float = 30.0,
         reward_fn_key: str = "data_source",
+        error_policy: str = "fail",
+        max_error_fraction: float = 0.5,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"reward num_workers={num_workers} must be >= 0 (0 scores in the driver process)")
+        if error_policy not in ERROR_POLICIES:
+            raise ValueError(f"reward_model.error_policy={error_policy!r} must be one of {ERROR_POLICIES}")
+        if not 0 <= max_error_fraction <= 1:
+            raise ValueError(f"reward_model.max_error_fraction={max_error_fraction} must lie in [0, 1]")
+        self.error_policy = error_policy
+        self.max_error_fraction = max_error_fraction
         self.tokenizer = tokenizer
         self.compute_score = compute_score or default_compute_score
         check_reward_signature(self.compute_score, "the reward function")
@@ -78,7 +106,12 @@ class RewardManager:
         return self._pool.map(tasks)
 
     def score(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, float]]:
-        """`token_level_scores` `(batch, response_len)` and reward metrics for a rollout batch.
+        """`token_level_scores` `(batch, response_len)` and reward metrics for a rollout batch (see score_batch)."""
+        result = self.score_batch(batch)
+        return result.token_level_scores, result.metrics
+
+    def score_batch(self, batch: DataProto) -> RuleScores:
+        """The rule scores of a rollout batch; raises RewardError when error_policy says the run must stop.
 
         Reads `responses` and `response_mask` `(batch, response_len)` and the non-tensor columns data_source
         (`reward_fn_key`), ground_truth and, if present, extra_info. A response with no valid token gets its
@@ -86,23 +119,33 @@ class RewardManager:
         """
         mask = batch.batch["response_mask"]
         lengths = mask.sum(-1).tolist()
-        outcomes = self.score_tasks(self._tasks(batch, lengths))
+        tasks = self._tasks(batch, lengths)
+        outcomes = self.score_tasks(tasks)
         scores = torch.tensor([o.score for o in outcomes], dtype=torch.float32)
         token_level_scores = torch.zeros(mask.shape, dtype=torch.float32)
         last = torch.tensor([max(length - 1, 0) for length in lengths], dtype=torch.long)
         token_level_scores[torch.arange(len(outcomes)), last] = scores
-        errors = [o for o in outcomes if o.error is not None]
-        if errors:
-            logger.warning("reward: %d of %d samples scored 0 after an error; first: %s",
-                           len(errors), len(outcomes), errors[0].error)
+        failed = [
+            FailedSample(i, str(tasks[i]["data_source"]), o.error, o.timed_out)
+            for i, o in enumerate(outcomes)
+            if o.error is not None
+        ]
         metrics = {
             "reward/score_mean": float(scores.mean()) if len(outcomes) else 0.0,
             "reward/score_max": float(scores.max()) if len(outcomes) else 0.0,
             "reward/score_min": float(scores.min()) if len(outcomes) else 0.0,
-            "reward/errors": float(len(errors)),
-            "reward/timeouts": float(sum(o.timed_out for o in outcomes)),
+            "reward/errors": float(len(failed)),
+            "reward/timeouts": float(sum(f.timed_out for f in failed)),
         }
-        return token_level_scores, metrics
+        check_error_budget(failed, len(outcomes), self.error_policy, self.max_error_fraction, self.timeout_s)
+        if failed:
+            logger.warning(
+                "reward: %d of %d samples failed to score (reward_model.error_policy=%s: %s); %s",
+                len(failed), len(outcomes), self.error_policy,
+                "left out of the update" if self.error_policy == "skip" else "scored 0",
+                describe_failures(failed, self.timeout_s),
+            )
+        return RuleScores(token_level_scores, metrics, failed)
 
     def close(self) -> None:
         """Stops the scoring processes."""

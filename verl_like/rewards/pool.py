@@ -12,6 +12,7 @@ import collections
 import logging
 import math
 import multiprocessing
+import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -53,6 +54,10 @@ def score_one(fn: RewardFn, kwargs: dict[str, Any]) -> ScoreOutcome:
 
 
 def _worker_main(conn: Connection, payload: bytes) -> None:
+    # Ctrl-C reaches the whole foreground process group; the driver decides when scoring stops (StopRequests
+    # lets the step finish), so workers ignore SIGINT. SIGTERM stays fatal: multiprocessing ends daemon children
+    # with it at exit (`ray job stop` also sends it; an idle worker it killed is replaced on the next map).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fn = cloudpickle.loads(payload)
     while True:
         message = conn.recv()

@@ -47,7 +47,7 @@ def get_scorer(data_source: str) -> Scorer:
     if data_source not in SCORERS:
         raise KeyError(
             f"no rule scorer for data_source {data_source!r}; registered: {sorted(SCORERS)}. Register one with "
-            "@register_scorer, or set reward.custom_reward_function.path/name"
+            "@register_scorer, or set custom_reward_function.path and custom_reward_function.name"
         )
     return SCORERS[data_source]
 

@@ -34,11 +34,13 @@ def init_ray(
     object_store_memory_mb: int | None = 512,
     include_dashboard: bool = False,
     dashboard_host: str = "127.0.0.1",
+    dashboard_port: int = 8265,
     env_vars: dict[str, str] | None = None,
 ) -> None:
     """Joins the cluster `resolve_cluster_address(address)` names, else starts a local one bound to loopback.
 
-    num_cpus, num_gpus, object_store_memory_mb, include_dashboard and dashboard_host size and expose only a
+    num_cpus, num_gpus, object_store_memory_mb, include_dashboard, dashboard_host and dashboard_port size and
+    expose only a
     local cluster. `env_vars` reach every worker process through the job's runtime_env; under `ray job submit`,
     keys the submitted runtime_env already sets are left to it (Ray refuses to merge two values for one key).
     Does nothing if Ray is already initialised in this process.
@@ -66,6 +68,7 @@ def init_ray(
         num_gpus=num_gpus,
         include_dashboard=include_dashboard,
         dashboard_host=dashboard_host,
+        dashboard_port=dashboard_port,
         object_store_memory=object_store_memory_mb << 20 if object_store_memory_mb else None,
         runtime_env={"env_vars": dict(env_vars)} if env_vars else None,
         _node_ip_address="127.0.0.1",

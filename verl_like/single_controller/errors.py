@@ -29,15 +29,19 @@ class WorkerDiedError(WorkerGroupError):
 class WorkerTimeoutError(WorkerGroupError, TimeoutError):
     """Some ranks did not finish a call within its timeout."""
 
-    def __init__(self, where: str, pending_ranks: list[int], timeout_s: float):
+    def __init__(self, where: str, pending_ranks: list[int], timeout_s: float, how: str | None = None):
         self.where = where
         self.pending_ranks = pending_ranks
         self.timeout_s = timeout_s
+        chosen = (
+            f"; the timeout was the group default ({how}): raise trainer.timeouts.call_timeout_factor / "
+            "min_call_timeout_s / first_call_timeout_s, or fix it with trainer.timeouts.worker_call_timeout_s"
+            if how else "; raise the timeout with the method's timeout_s= or the group's default_timeout_s"
+        )
         super().__init__(
             f"{where}: ranks {pending_ranks} did not finish within {timeout_s:g} s "
-            "(a rank stuck in a collective usually means another rank failed or never joined; "
-            "raise the timeout with the method's timeout_s= or the group's default_timeout_s if the work is "
-            "just slow)"
+            "(a rank stuck in a collective usually means another rank failed or never joined)"
+            f"{chosen} if the work is just slow"
         )
 
 

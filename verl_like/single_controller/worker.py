@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import logging
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -42,11 +44,37 @@ class Worker:
         if is_cuda_available():
             torch.cuda.set_device(self.local_rank)
         logger.info("rank %d/%d: init_process_group(%s)", self.rank, self.world_size, backend)
+        timeout = datetime.timedelta(seconds=timeout_s)
         dist.init_process_group(
             backend=backend,
             rank=self.rank,
             world_size=self.world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            timeout=timeout,
+            store=self._loopback_store(timeout),
+        )
+
+    def _loopback_store(self, timeout: datetime.timedelta) -> dist.TCPStore | None:
+        """The rendezvous store bound to MASTER_ADDR when that is a loopback address (a one-node local cluster);
+        None otherwise (env:// rendezvous, whose store listens on every interface, as other nodes must reach it).
+
+        torch's TCPStore server binds all interfaces unless handed a socket that is already listening.
+        """
+        address = os.environ["MASTER_ADDR"]
+        try:
+            if not ipaddress.ip_address(address).is_loopback:
+                return None
+        except ValueError:  # a hostname
+            return None
+        port = int(os.environ["MASTER_PORT"])
+        if self.rank != 0:
+            return dist.TCPStore(address, port, self.world_size, is_master=False, timeout=timeout)
+        listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((address, port))
+        listener.listen(128)
+        return dist.TCPStore(
+            address, port, self.world_size, is_master=True, timeout=timeout, wait_for_workers=False,
+            master_listen_fd=listener.detach(),  # the store owns the socket from here on
         )
 
     def register_mesh(self, name: str, dp_rank: int, dp_size: int, is_collect: bool) -> None:

@@ -35,6 +35,7 @@ from verl_like.single_controller.dispatch import (
 from verl_like.single_controller.errors import WorkerDiedError, WorkerError, WorkerTimeoutError
 from verl_like.single_controller.host import ProtoChunkRef, RoleSpec, WorkerHost
 from verl_like.single_controller.resource_pool import ResourcePool
+from verl_like.single_controller.timeouts import CallTimeouts
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +50,26 @@ class GroupFuture:
     another group's DP-dispatched call, its DataProto chunks go from worker to worker through the object store.
     """
 
-    def __init__(self, where: str, plan: Plan, refs: dict[int, ray.ObjectRef], timeout_s: float) -> None:
+    def __init__(
+        self,
+        where: str,
+        plan: Plan,
+        refs: dict[int, ray.ObjectRef],
+        timeout_s: float,
+        timeouts: CallTimeouts | None = None,
+    ) -> None:
         self._where = where
         self._plan = plan
         self._refs = refs
         self._timeout_s = timeout_s
+        self._timeouts = timeouts  # set when timeout_s is the group's default: learns the call's duration
+        self._started = time.monotonic()
 
     def result(self, timeout_s: float | None = None) -> Any:
-        values = _wait_all(self._where, self._refs, timeout_s or self._timeout_s)
+        how = self._timeouts.describe(self._where) if self._timeouts is not None and not timeout_s else None
+        values = _wait_all(self._where, self._refs, timeout_s or self._timeout_s, how)
+        if self._timeouts is not None:
+            self._timeouts.record(self._where, time.monotonic() - self._started)
         return collect_results(self._plan, [values[r] for r in self._plan.collect_ranks])
 
     def for_chunks(self, num_chunks: int) -> list[ProtoChunkRef]:
@@ -121,7 +134,7 @@ class WorkerGroup:
         roles: dict[str, RoleSpec] | RoleSpec,
         name: str,
         resource_fraction: float = 1.0,
-        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        default_timeout_s: float | CallTimeouts = DEFAULT_TIMEOUT_S,
         init_timeout_s: float = 600.0,
         env_vars: dict[str, str] | None = None,
     ) -> None:
@@ -134,7 +147,11 @@ class WorkerGroup:
         self.name = name
         self.pool = pool
         self.roles = dict(roles)
-        self.default_timeout_s = default_timeout_s
+        # A number is every call's default; CallTimeouts adapts each method's default to its earlier calls.
+        if not isinstance(default_timeout_s, CallTimeouts):
+            default_timeout_s = CallTimeouts(fixed_s=default_timeout_s)
+        self.call_timeouts = default_timeout_s
+        self.default_timeout_s = self.call_timeouts.fixed_s or self.call_timeouts.first_call_s
         self._meshes: dict[tuple[str, str], MeshInfo] = {}
         self._actors: list[Any] = []
         _LIVE_GROUPS.add(self)
@@ -227,8 +244,11 @@ class WorkerGroup:
             rank: self._actors[rank].execute.remote(role, method, rank in collect, plan.args[i], plan.kwargs[i])
             for i, rank in enumerate(plan.ranks)
         }
-        timeout = timeout_s or spec.timeout_s or self.default_timeout_s
-        future = GroupFuture(f"{self.name}.{role}.{method}", plan, refs, timeout)
+        where = f"{self.name}.{role}.{method}"
+        if timeout_s or spec.timeout_s:
+            future = GroupFuture(where, plan, refs, timeout_s or spec.timeout_s)
+        else:
+            future = GroupFuture(where, plan, refs, self.call_timeouts.timeout_for(where), self.call_timeouts)
         if blocking is False or (blocking is None and not spec.blocking):
             return future
         return future.result()
@@ -253,8 +273,9 @@ def shutdown_all_groups() -> None:
 atexit.register(shutdown_all_groups)
 
 
-def _wait_all(where: str, refs: dict[int, ray.ObjectRef], timeout_s: float) -> dict[int, Any]:
-    """Results by rank; raises as soon as any rank fails, or names the ranks still running at the timeout."""
+def _wait_all(where: str, refs: dict[int, ray.ObjectRef], timeout_s: float, how: str | None = None) -> dict[int, Any]:
+    """Results by rank; raises as soon as any rank fails, or names the ranks still running at the timeout
+    (`how` says how that timeout was chosen)."""
     pending = {ref: rank for rank, ref in refs.items()}
     values: dict[int, Any] = {}
     deadline = time.monotonic() + timeout_s
@@ -262,7 +283,7 @@ def _wait_all(where: str, refs: dict[int, ray.ObjectRef], timeout_s: float) -> d
         remaining = deadline - time.monotonic()
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(remaining, 0))
         if not ready:
-            raise WorkerTimeoutError(where, sorted(pending.values()), timeout_s)
+            raise WorkerTimeoutError(where, sorted(pending.values()), timeout_s, how)
         for ref in ready:
             rank = pending.pop(ref)
             try:

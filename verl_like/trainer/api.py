@@ -109,7 +109,7 @@ class PPOTrainer(LoopTrainer):
             return super().fit()
         from verl_like.trainer.launch import start_ray
 
-        start_ray(self.config)
+        start_ray(self.config, reward_fn=self._reward_fn)
         try:
             self.init_workers()
             return super().fit()

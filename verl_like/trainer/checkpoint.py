@@ -6,7 +6,11 @@ Layout under `trainer.default_local_dir`:
     global_step_N/trainer.pt    step, dataloader position, KL controller, RNG of the driver
     latest_checkpointed_iteration.txt   N, replaced atomically after global_step_N is complete
 
-A crash at any point leaves the previous complete checkpoint and its pointer untouched.
+A crash at any point leaves the previous complete checkpoint and its pointer untouched; a save that fails (disk
+full, permissions) removes its staging folder and raises CheckpointSaveError naming the intact previous one.
+`latest_step` checks the checkpoint it returns (trainer.pt loads, every DCP shard file is as long as the shard's
+metadata says, each engine part has its extra_state_rank0.pt) and falls back to the newest good one with a
+warning naming the bad one, so a truncated latest checkpoint costs the steps since the previous one, not the run.
 
 Rotation: `max_to_keep` bounds whole step folders; `part_limits` bounds each part on its own
 (trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep): `global_step_N/<part>/` is removed from all but the
@@ -22,7 +26,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -33,6 +37,37 @@ logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class CheckpointSaveError(RuntimeError):
+    """Writing a checkpoint failed; the previous checkpoint (if any) is intact."""
+
+
+def engine_part_problem(part: Path) -> str | None:
+    """Why the engine checkpoint folder `part` cannot be loaded, or None when it looks whole.
+
+    A folder without DCP metadata is not an engine checkpoint (custom workers may write anything) and passes.
+    """
+    if not (part / ".metadata").is_file():
+        return None
+    if not (part / "extra_state_rank0.pt").is_file():
+        return f"{part} has no extra_state_rank0.pt"
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        metadata = FileSystemReader(str(part)).read_metadata()
+    except Exception as err:  # torch raises several types for a corrupt metadata file
+        return f"{part}/.metadata does not load ({type(err).__name__}: {err})"
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(needed.items()):
+        file = part / name
+        actual = file.stat().st_size if file.is_file() else -1
+        if actual < size:
+            state = "missing" if actual < 0 else f"{actual} bytes, truncated"
+            return f"{file} is {state} (its metadata needs {size} bytes)"
+    return None
 
 
 def rng_state() -> dict[str, Any]:
@@ -85,18 +120,80 @@ class CheckpointManager:
         logger.info("checkpoint of step %d saved to %s", step, final)
         return final
 
-    def latest_step(self) -> int | None:
-        """The step of the newest complete checkpoint, or None."""
+    def save(self, step: int, write_parts: Callable[[Path], None], trainer_state: dict[str, Any]) -> Path:
+        """begin + `write_parts(staging)` + commit; on failure removes the staging folder and raises
+        CheckpointSaveError saying which checkpoint is still the latest."""
+        staging = None
+        try:
+            staging = self.begin(step)
+            write_parts(staging)
+            return self.commit(step, staging, trainer_state)
+        except Exception as err:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            previous = self._pointed_step()
+            kept = f"the previous checkpoint {self.step_dir(previous)} is intact" if previous is not None else (
+                "there is no earlier checkpoint")
+            raise CheckpointSaveError(
+                f"saving the checkpoint of step {step} under {self.root} failed ({type(err).__name__}: {err}); {kept} "
+                "and resume_mode=auto resumes from it. Free space or fix permissions under trainer.default_local_dir"
+            ) from err
+
+    def _pointed_step(self) -> int | None:
         pointer = self.root / LATEST_FILE
         if not pointer.exists():
             return None
         text = pointer.read_text(encoding="utf-8").strip()
-        if not text.isdigit():
-            raise ValueError(f"{pointer} holds {text!r}, not a step number; delete it or fix it by hand")
-        step = int(text)
-        if not (self.step_dir(step) / "trainer.pt").exists():
-            raise FileNotFoundError(f"{pointer} points at step {step} but {self.step_dir(step)} is incomplete")
-        return step
+        return int(text) if text.isdigit() else None
+
+    def problem(self, step: int, required_parts: Iterable[str] = ()) -> str | None:
+        """Why the checkpoint of `step` cannot be resumed from, or None when it looks whole."""
+        directory = self.step_dir(step)
+        try:
+            self.load_trainer_state(step)
+        except FileNotFoundError:
+            return f"{directory} is incomplete (no trainer.pt)"
+        except Exception as err:  # truncated or corrupt pickle
+            return f"{directory}/trainer.pt does not load ({type(err).__name__}: {err})"
+        for part in required_parts:
+            if not (directory / part).is_dir():
+                return f"{directory} has no {part} folder"
+        for part in sorted(p for p in directory.iterdir() if p.is_dir()):
+            if (reason := engine_part_problem(part)) is not None:
+                return reason
+        return None
+
+    def latest_step(self, required_parts: Iterable[str] = ()) -> int | None:
+        """The step of the newest good checkpoint (see the module doc), or None when there is no checkpoint.
+
+        Falls back from the `latest` pointer to older step folders with a warning; raises FileNotFoundError when
+        the pointer exists but no checkpoint is good. required_parts: part folders a good checkpoint must hold.
+        """
+        pointer = self.root / LATEST_FILE
+        if not pointer.exists():
+            return None
+        required = tuple(required_parts)
+        text = pointer.read_text(encoding="utf-8").strip()
+        pointed = int(text) if text.isdigit() else None
+        problems = [] if pointed is not None else [f"{pointer} holds {text!r}, not a step number"]
+        candidates = ([pointed] if pointed is not None else []) + [
+            step for step in reversed(self.steps()) if pointed is None or step < pointed
+        ]
+        for step in candidates:
+            reason = self.problem(step, required) if self.step_dir(step).is_dir() else (
+                f"{pointer} points at step {step} but {self.step_dir(step)} is incomplete (missing)")
+            if reason is None:
+                if problems:
+                    logger.warning(
+                        "latest checkpoint is unusable (%s); resuming from the previous good one, %s",
+                        "; ".join(problems), self.step_dir(step),
+                    )
+                return step
+            problems.append(reason if step != pointed else f"{pointer} points at step {step} but {reason}")
+        raise FileNotFoundError(
+            f"no usable checkpoint under {self.root}: {'; '.join(problems)}; delete the bad folders to start "
+            "fresh, or set trainer.resume_mode=disable"
+        )
 
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         return torch.load(self.step_dir(step) / "trainer.pt", weights_only=False)

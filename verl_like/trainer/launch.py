@@ -10,19 +10,22 @@ from verl_like.config.ppo import PPOConfig
 from verl_like.single_controller import init_ray
 from verl_like.single_controller.cluster import job_scratch_path
 from verl_like.trainer.ppo_trainer import PPOTrainer
+from verl_like.trainer.preflight import run_preflight
 from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
-from verl_like.utils.preflight import check_rollout_backend
 from verl_like.utils.quiet_logs import log_level_env
 
 logger = logging.getLogger(__name__)
 
 
-def start_ray(config: PPOConfig) -> None:
-    """Sets the process environment for trainer.device and starts or joins Ray (nothing if it runs already)."""
+def start_ray(config: PPOConfig, *, preflight: bool = True, reward_fn: Any = None) -> None:
+    """Checks the machine (`run_preflight`: devices, loggers, data, run directory, ports; skipped with
+    preflight=False when the caller ran it), sets the process environment for trainer.device and starts or joins
+    Ray (nothing if it runs already)."""
     trainer_cfg = config.trainer
     device = resolve_device(trainer_cfg.device)
-    check_rollout_backend(config.actor_rollout_ref.rollout.name, device)  # before Ray: the install command
+    if preflight:
+        run_preflight(config, reward_fn=reward_fn)
     env = apply_default_env(device)
     env.update(log_level_env(trainer_cfg.log_level))  # the configured level wins over an inherited one
     os.environ.update(env)
@@ -34,14 +37,16 @@ def start_ray(config: PPOConfig) -> None:
         object_store_memory_mb=ray_init.object_store_memory_mb,
         include_dashboard=ray_init.include_dashboard,
         dashboard_host=ray_init.dashboard_host,
+        dashboard_port=ray_init.dashboard_port,
         env_vars=env,
     )
 
 
-def launch(config: PPOConfig, **trainer_kwargs: Any) -> dict[str, float]:
-    """Starts (or joins) Ray, trains, and always releases the workers; returns the last step's metrics."""
+def launch(config: PPOConfig, *, preflight: bool = True, **trainer_kwargs: Any) -> dict[str, float]:
+    """Checks the machine, starts (or joins) Ray, trains, and always releases the workers; returns the last step's
+    metrics. preflight: False when the caller ran `run_preflight` already (main_ppo)."""
     trainer_cfg = config.trainer
-    start_ray(config)
+    start_ray(config, preflight=preflight, reward_fn=trainer_kwargs.get("reward_fn"))
     scratch = job_scratch_path(trainer_cfg.default_local_dir)
     if scratch is not None:
         logger.warning(

@@ -34,6 +34,7 @@ from verl_like.protocol import DataProto
 from verl_like.trainer.async_rollout import RolloutPrefetcher
 from verl_like.trainer.balance import balance_batch
 from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_state
+from verl_like.trainer.interrupts import StopRequests, TrainingInterrupted
 from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, throughput_metrics, timed
 from verl_like.trainer.progress import Progress
 from verl_like.trainer.rewarding import BatchScorer
@@ -118,7 +119,7 @@ class PPOTrainer:
             manager = CheckpointManager(path.parent)
         else:
             manager = self.checkpoints
-            step = manager.latest_step()
+            step = manager.latest_step(required_parts=["actor"] + (["critic"] if self._c.critic is not None else []))
             if step is None:
                 logger.info("resume_mode=auto: no checkpoint under %s, starting fresh", manager.root)
                 return
@@ -139,11 +140,14 @@ class PPOTrainer:
         self.global_step = step
         logger.info("resumed from %s at step %d", manager.step_dir(step), step)
 
-    def _save_checkpoint(self) -> None:
-        staging = self.checkpoints.begin(self.global_step)
-        self._c.actor_rollout.save_checkpoint(str(staging / "actor"))
-        if self._c.critic is not None:
-            self._c.critic.save_checkpoint(str(staging / "critic"))
+    def _save_checkpoint(self) -> Path:
+        """Writes the checkpoint of the current step; raises CheckpointSaveError (previous one intact) on failure."""
+
+        def write_parts(staging: Path) -> None:
+            self._c.actor_rollout.save_checkpoint(str(staging / "actor"))
+            if self._c.critic is not None:
+                self._c.critic.save_checkpoint(str(staging / "critic"))
+
         state = {
             "step": self.global_step,
             "dataloader": (self._prefetcher.loader_state() if self._prefetcher is not None
@@ -151,7 +155,16 @@ class PPOTrainer:
             "kl_coef": float(self.kl_ctrl.value),
             "rng": rng_state(),
         }
-        self.checkpoints.commit(self.global_step, staging, state)
+        return self.checkpoints.save(self.global_step, write_parts, state)
+
+    def _checkpoint_on_stop(self) -> str | None:
+        """The checkpoint of the current step, written now unless it exists (None with save_freq=-1 or at step 0)."""
+        if self.config.trainer.save_freq < 0 or self.global_step == 0:
+            return None
+        directory = self.checkpoints.step_dir(self.global_step)
+        if not directory.is_dir():
+            directory = self._save_checkpoint()
+        return str(directory)
 
     # ------------------------------------------------------------------ phases
     def _rollout(self, prompts: DataProto, step: int, attempt: int = 0) -> DataProto:
@@ -222,9 +235,11 @@ class PPOTrainer:
         n = self.config.actor_rollout_ref.rollout.n
         wanted = self.config.data.train_batch_size
         kept: list[DataProto] = []
-        kept_groups = 0
+        kept_groups = scored_samples = failed_samples = 0
         for attempt in range(1, filters.max_num_gen_batches + 1):
             batch = self._score(self._generate(self._c.train_loader.next_batch(), timings, attempt), timings, metrics)
+            scored_samples += len(batch)
+            failed_samples += metrics.get("reward/errors", 0)
             if filters.metric == "acc":
                 values = batch.batch["acc"]
             else:
@@ -235,10 +250,16 @@ class PPOTrainer:
             if kept_groups >= wanted:
                 metrics["dynamic_sampling/gen_batches"] = attempt
                 return DataProto.concat(kept)[: wanted * n]
+        cause = (
+            f"{failed_samples:g} of the {scored_samples} samples scored failed (reward/errors), so their equal 0 "
+            "rewards have no variance: fix the reward function (reward_model.error_policy="
+            f"{self.config.reward_model.error_policy} let them through)"
+            if failed_samples > scored_samples / 2
+            else "raise max_num_gen_batches, or the task is too easy/hard for the policy (all-equal rewards)"
+        )
         raise RuntimeError(
             f"dynamic sampling kept {kept_groups} of the {wanted} groups needed after "
-            f"algorithm.filter_groups.max_num_gen_batches={filters.max_num_gen_batches} generation batches; "
-            "raise max_num_gen_batches, or the task is too easy/hard for the policy (all-equal rewards)"
+            f"algorithm.filter_groups.max_num_gen_batches={filters.max_num_gen_batches} generation batches; {cause}"
         )
 
     def _compute_advantages(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
@@ -357,17 +378,26 @@ class PPOTrainer:
         """Mean score of the validation set with the validation sampling settings, per data source.
 
         The score is the training score without the overlong penalty (rule and/or reward model, as
-        reward_model.combine says). The first trainer.log_val_generations samples are kept in
+        reward_model.combine says). Samples whose scoring failed are counted in val/reward/errors (and
+        val/reward/timeouts); reward_model.error_policy=skip leaves them out of the means, fail stops the run
+        when too many of a batch failed. The first trainer.log_val_generations samples are kept in
         `self.last_val_samples` for the generation log.
         """
         c = self._c
         wanted = self.config.trainer.log_val_generations
-        scores, sources = [], []
+        scores, sources, kept = [], [], []
+        errors = timeouts = 0.0
+        skip_failed = self.config.reward_model.error_policy == "skip"
         self.last_val_samples = []
         for prompts in c.val_batches():
             prompts.meta_info["validate"] = True
             out = c.rollout.generate(prompts)
-            sequence_scores = self._batch_scorer.score(out).scores.sum(-1)
+            scored = self._batch_scorer.score(out)
+            sequence_scores = scored.scores.sum(-1)
+            errors += scored.metrics.get("reward/errors", 0.0)
+            timeouts += scored.metrics.get("reward/timeouts", 0.0)
+            failed = scored.failed if scored.failed is not None else torch.zeros(len(out), dtype=torch.bool)
+            kept.append(~failed if skip_failed else torch.ones_like(failed))
             scores.append(sequence_scores)
             sources.extend(out.non_tensor_batch["data_source"].tolist())
             if len(self.last_val_samples) < wanted:
@@ -377,10 +407,15 @@ class PPOTrainer:
         if not scores:
             return {}
         all_scores = torch.cat(scores).double()
-        metrics = {"val/score/mean": all_scores.mean().item()}
+        keep = torch.cat(kept)
+        metrics = {
+            "val/score/mean": all_scores[keep].mean().item() if keep.any() else float("nan"),
+            "val/reward/errors": errors,
+            "val/reward/timeouts": timeouts,
+        }
         for source in sorted(set(sources)):
-            mask = torch.tensor([s == source for s in sources])
-            metrics[f"val-core/{source}/reward/mean"] = all_scores[mask].mean().item()
+            mask = torch.tensor([s == source for s in sources]) & keep
+            metrics[f"val-core/{source}/reward/mean"] = all_scores[mask].mean().item() if mask.any() else float("nan")
         return metrics
 
     def fit(self) -> dict[str, float]:
@@ -397,25 +432,29 @@ class PPOTrainer:
                                                  self.config.async_training.staleness, self.global_step, total)
         progress = Progress(total=total, start=self.global_step)
         last: dict[str, float] = {}
+        stops = StopRequests()  # SIGTERM/SIGINT: finish the step, checkpoint, raise TrainingInterrupted
         try:
-            if cfg.val_before_train and self.global_step == 0:
-                last = self.validate()
-                self.tracking.log(last, step=0)
-                if generations is not None:
-                    generations.log(self.last_val_samples, step=0)
-                progress.note(last)
-            while self.global_step < total:
-                metrics = self.train_step()
-                self.global_step += 1
-                if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or self.global_step == total):
-                    metrics.update(self.validate())
+            with stops:
+                if cfg.val_before_train and self.global_step == 0:
+                    last = self.validate()
+                    self.tracking.log(last, step=0)
                     if generations is not None:
-                        generations.log(self.last_val_samples, step=self.global_step)
-                if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
-                    self._save_checkpoint()
-                self.tracking.log(metrics, step=self.global_step)
-                progress.update(self.global_step, metrics)
-                last = metrics
+                        generations.log(self.last_val_samples, step=0)
+                    progress.note(last)
+                while self.global_step < total and stops.requested is None:
+                    metrics = self.train_step()
+                    self.global_step += 1
+                    if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or self.global_step == total):
+                        metrics.update(self.validate())
+                        if generations is not None:
+                            generations.log(self.last_val_samples, step=self.global_step)
+                    if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
+                        self._save_checkpoint()
+                    self.tracking.log(metrics, step=self.global_step)
+                    progress.update(self.global_step, metrics)
+                    last = metrics
+                if stops.requested is not None and self.global_step < total:
+                    raise TrainingInterrupted(stops.requested, self.global_step, self._checkpoint_on_stop())
         finally:
             if self._prefetcher is not None:
                 self._prefetcher.close()

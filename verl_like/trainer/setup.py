@@ -179,6 +179,8 @@ def build_components(
         num_workers=config.reward_model.scoring_workers,
         timeout_s=config.reward_model.scoring_timeout_s,
         reward_fn_key=config.data.reward_fn_key,
+        error_policy=config.reward_model.error_policy,
+        max_error_fraction=config.reward_model.max_error_fraction,
     )
 
     trainer = config.trainer
@@ -233,7 +235,7 @@ def build_components(
         pool,
         roles,
         name="hybrid",
-        default_timeout_s=trainer.timeouts.worker_call_timeout_s,
+        default_timeout_s=trainer.timeouts.call_timeouts(),
         init_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
     groups, pools = [group], [pool]

@@ -47,6 +47,7 @@ def test_configured_dashboard_host_reaches_ray_init(monkeypatch):
     monkeypatch.setattr(cluster.ray, "is_initialized", lambda: False)
     monkeypatch.setattr(cluster.ray, "init", lambda **kwargs: calls.append(kwargs))
     monkeypatch.setattr(cluster, "resolve_cluster_address", lambda address: None)
-    cluster.init_ray(num_cpus=2, include_dashboard=True, dashboard_host="10.1.2.3")
+    cluster.init_ray(num_cpus=2, include_dashboard=True, dashboard_host="10.1.2.3", dashboard_port=8300)
     assert calls[0]["dashboard_host"] == "10.1.2.3" and calls[0]["include_dashboard"] is True
+    assert calls[0]["dashboard_port"] == 8300
     assert calls[0]["address"] == "local" and calls[0]["_node_ip_address"] == "127.0.0.1"

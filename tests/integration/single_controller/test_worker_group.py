@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from verl_like.single_controller import (
     WorkerGroup,
     WorkerTimeoutError,
 )
+from verl_like.single_controller.timeouts import CallTimeouts
 
 import workers_for_tests
 from workers_for_tests import ConsumerWorker, EchoWorker, MeshWorker
@@ -79,8 +81,17 @@ def test_unregistered_method_is_refused_with_the_registered_list(echo):
         echo.not_registered()
 
 
-def test_gloo_all_reduce_inside_group(echo):
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+
+
+def test_gloo_all_reduce_inside_group_listens_on_loopback_only(echo):
     assert echo.all_reduce_rank() == [3.0, 3.0]
+    # On a local cluster (MASTER_ADDR 127.0.0.1) the rendezvous store and gloo bind loopback, not every interface.
+    for rank, addresses in enumerate(echo.listening_addresses()):
+        exposed = [(ip, port) for ip, port in addresses if not _is_loopback(ip)]
+        assert addresses and not exposed, f"rank {rank} listens beyond loopback: {exposed}"
 
 
 def test_nonblocking_future_chains_to_another_group_without_driver(pool, echo):
@@ -175,6 +186,20 @@ def test_timeout_names_the_slow_rank_instead_of_hanging(echo):
         echo.sleep_on(0, 5.0, timeout_s=1.0)
     assert time.monotonic() - start < 4.0
     time.sleep(4.5)  # let rank 0 finish its sleep before the next test uses the group
+
+
+def test_adaptive_default_timeout_stops_a_stalled_call_after_a_multiple_of_the_earlier_ones(pool):
+    group = WorkerGroup(pool, RoleSpec(EchoWorker), name="stall", resource_fraction=0.25,
+                        default_timeout_s=CallTimeouts(first_call_s=60, factor=3, min_s=1.5))
+    try:
+        group.sleep_on(1, 0.2)  # the first call sets the method's pace
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError, match=r"stall.stall.sleep_on: ranks \[1\] did not finish within 1.5 s"
+                           r".*slowest earlier call"):
+            group.sleep_on(1, 6.0)  # an injected stall
+        assert time.monotonic() - start < 4.0
+    finally:
+        group.shutdown()
 
 
 def test_dead_actor_raises_and_shutdown_leaves_no_actors(pool):

@@ -66,6 +66,14 @@ class EchoWorker(Worker):
         return t.item()
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
+    def listening_addresses(self) -> list[tuple[str, int]]:
+        """(ip, port) of every TCP socket this worker process listens on (Ray's, torch.distributed's, gloo's)."""
+        import psutil
+
+        conns = psutil.Process().net_connections(kind="inet")
+        return [(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
     def fail_on(self, rank: int) -> int:
         if self.rank == rank:
             raise ValueError(f"deliberate failure on rank {self.rank}")

@@ -65,30 +65,82 @@ def test_ci_smoke_job_trains_validates_and_logs(cache_dir, tmp_path):
     assert last["rollout/logprob_diff_mean"] < 1e-3
 
 
-def test_kill_then_resume_reproduces_the_uninterrupted_run(cache_dir, tmp_path):
-    common = ["+trainer=ci_smoke", "trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.test_freq=-1",
-              "trainer.resume_mode=auto"]
-    straight = tmp_path / "straight"
-    _run([*common, f"trainer.default_local_dir={straight}"], cache_dir)
-    expected = {r["step"]: r for r in read_metrics(straight / "metrics.jsonl")}
+RESUMABLE = ["+trainer=ci_smoke", "trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.test_freq=-1",
+             "trainer.resume_mode=auto"]
 
-    crashed = tmp_path / "crashed"
-    proc = _main_ppo([*common, f"trainer.default_local_dir={crashed}"], cache_dir)
+
+@pytest.fixture(scope="module")
+def uninterrupted(cache_dir, tmp_path_factory):
+    """Metrics by step of the 4-step run the interrupted runs must reproduce once resumed."""
+    straight = tmp_path_factory.mktemp("straight")
+    _run([*RESUMABLE, f"trainer.default_local_dir={straight}"], cache_dir)
+    return {r["step"]: r for r in read_metrics(straight / "metrics.jsonl")}
+
+
+def _wait_for_step(proc: subprocess.Popen, metrics: Path, step: int) -> None:
     deadline = time.monotonic() + 600
-    metrics = crashed / "metrics.jsonl"
-    while not (metrics.exists() and any(r["step"] == 3 for r in read_metrics(metrics))):
+    while not (metrics.exists() and any(r["step"] == step for r in read_metrics(metrics))):
         assert proc.poll() is None, proc.stdout.read()[-4000:]
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)  # driver and its local Ray cluster, mid-run, after the step-2 checkpoint
-    proc.wait()
-    _run([*common, f"trainer.default_local_dir={crashed}"], cache_dir)
 
-    resumed = [r for r in read_metrics(metrics) if r["step"] >= 3]
-    assert [r["step"] for r in resumed[-2:]] == [3, 4]
-    for record in resumed[-2:]:
+
+def _assert_every_step_matches(metrics: Path, expected: dict) -> None:
+    """Every logged record (a step logged twice, before a crash and after the resume, counts twice) matches."""
+    records = read_metrics(metrics)
+    assert {r["step"] for r in records} == {1, 2, 3, 4}
+    for record in records:
         for key in DETERMINISTIC:
-            assert record[key] == pytest.approx(expected[record["step"]][key], rel=1e-6, abs=1e-7), key
+            expected_value = expected[record["step"]][key]
+            assert record[key] == pytest.approx(expected_value, rel=1e-6, abs=1e-7), (record["step"], key)
+
+
+def _assert_no_process_left(sid: int) -> None:
+    """No process of the driver's session remains: Ray workers (vLLM inside them) have process groups of their
+    own but stay in the driver's session."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = _session_processes(sid)
+        if not left:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"processes of the stopped run remain: {left}")
+
+
+def test_sigterm_then_kill_then_resume_reproduces_the_uninterrupted_run(cache_dir, tmp_path, uninterrupted):
+    """Preemption (SIGTERM to the driver alone: it checkpoints the step in flight, stops its workers and Ray, exits
+    143 within 60 s), then a hard crash (kill -9 of driver and cluster after the step-2 checkpoint); each resume
+    reproduces the uninterrupted run's metrics."""
+    from verl_like.trainer.checkpoint import CheckpointManager
+
+    run = tmp_path / "interrupted"
+    metrics = run / "metrics.jsonl"
+    proc = _main_ppo([*RESUMABLE, f"trainer.default_local_dir={run}"], cache_dir)
+    _wait_for_step(proc, metrics, 1)
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-4000:]
+    assert time.monotonic() - signalled < 60
+    stopped_at = max(r["step"] for r in read_metrics(metrics))
+    assert f"stopped by SIGTERM after step {stopped_at}; checkpoint" in out
+    assert CheckpointManager(run / "checkpoints").latest_step() == stopped_at
+    _assert_no_process_left(proc.pid)
+
+    if stopped_at < 3:
+        proc = _main_ppo([*RESUMABLE, f"trainer.default_local_dir={run}"], cache_dir)
+        _wait_for_step(proc, metrics, 3)
+        os.killpg(proc.pid, signal.SIGKILL)  # driver and its local Ray cluster, mid-run, after the step-2 checkpoint
+        proc.wait()
+        _assert_no_process_left(proc.pid)  # the Ray workers (own process groups) notice and exit
+    _run([*RESUMABLE, f"trainer.default_local_dir={run}"], cache_dir)
+    _assert_every_step_matches(metrics, uninterrupted)
+
+
+def _session_processes(sid: int) -> list[str]:
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
+    rows = [line.split(None, 2) for line in out.splitlines()]
+    return [" ".join(r) for r in rows if len(r) == 3 and int(r[1]) == sid]
 
 
 def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):

@@ -18,14 +18,17 @@ def test_load_custom_function():
                                                      extra_info={}) == 3.0
 
 
-def test_missing_file():
-    with pytest.raises(CustomRewardError, match=r"'/no/such.py' does not exist; set reward.custom_reward_function"):
+def test_missing_file_names_the_existing_top_level_key():
+    expected = r"'/no/such.py' does not exist; set custom_reward_function.path"
+    with pytest.raises(CustomRewardError, match=expected) as info:
         load_custom_function("/no/such.py", "fn")
+    assert "reward.custom_reward_function" not in str(info.value)
 
 
 def test_missing_name_lists_the_callables():
-    with pytest.raises(CustomRewardError, match=r"defines no 'score'; callables in it: \[.*'misbehaving'.*\]"):
+    with pytest.raises(CustomRewardError, match=r"defines no 'score'; callables in it: \[.*'misbehaving'.*\]") as info:
         load_custom_function(FNS, "score")
+    assert "; set custom_reward_function.name" in str(info.value)
 
 
 def test_not_callable():
@@ -64,7 +67,8 @@ def test_registry_routes_by_data_source():
 
 
 def test_unknown_data_source():
-    with pytest.raises(KeyError, match=r"no rule scorer for data_source 'mine'.*custom_reward_function"):
+    expected = r"no rule scorer for data_source 'mine'.*or set custom_reward_function.path and custom_reward_function.name"
+    with pytest.raises(KeyError, match=expected):
         get_scorer("mine")
 
 

@@ -11,6 +11,7 @@ import torch
 from verl_like.models.tiny import build_tokenizer
 from verl_like.protocol import DataProto
 from verl_like.rewards.custom import load_custom_function
+from verl_like.rewards.error_policy import RewardError
 from verl_like.rewards.manager import RewardManager
 from verl_like.rewards.pool import ScoringPool
 
@@ -49,7 +50,8 @@ def reference_token_scores(mask, scores):
 
 @pytest.fixture(scope="module")
 def pooled(tokenizer):
-    manager = RewardManager(tokenizer, load_custom_function(FNS, "misbehaving"), num_workers=2, timeout_s=1.5)
+    manager = RewardManager(tokenizer, load_custom_function(FNS, "misbehaving"), num_workers=2, timeout_s=1.5,
+                            error_policy="zero")
     yield manager
     manager.close()
 
@@ -155,5 +157,66 @@ def test_worker_killed_while_idle_is_replaced(tokenizer):
         pool._workers[0].process.join()
         outcome = pool.map([task])[0]
         assert outcome.score == 1.0 and outcome.error is None
+    finally:
+        pool.close()
+
+
+def test_fail_policy_stops_when_most_of_a_batch_fails_naming_the_first_failure(tokenizer):
+    manager = RewardManager(tokenizer, load_custom_function(FNS, "misbehaving"), num_workers=0)
+    batch = rollout_batch(tokenizer, ["5"] * 4, ["5", "raise", "nan", "raise"], data_source="mine")
+    with pytest.raises(RewardError, match=r"failed for 3 of 4 samples, more than reward_model.max_error_fraction=0.5"
+                       r".*first: sample 1 \(data_source 'mine'\): RuntimeError: scorer bug.*error_policy=zero"):
+        manager.score(batch)
+    # Half failing is within the default budget: scored 0 and counted.
+    scores, metrics = manager.score(rollout_batch(tokenizer, ["5"] * 4, ["5", "raise", "nan", "5"]))
+    assert scores.sum(-1).tolist() == [1.0, 0.0, 0.0, 1.0] and metrics["reward/errors"] == 2.0
+
+
+def test_zero_policy_trains_on_zeros_and_max_fraction_zero_stops_at_the_first(tokenizer):
+    fn = load_custom_function(FNS, "misbehaving")
+    batch = rollout_batch(tokenizer, ["5"] * 2, ["raise", "raise"])
+    scores, metrics = RewardManager(tokenizer, fn, num_workers=0, error_policy="zero").score(batch)
+    assert scores.sum().item() == 0.0 and metrics["reward/errors"] == 2.0
+    strict = RewardManager(tokenizer, fn, num_workers=0, max_error_fraction=0.0)
+    with pytest.raises(RewardError, match="failed for 1 of 2 samples"):
+        strict.score(rollout_batch(tokenizer, ["5"] * 2, ["5", "raise"]))
+
+
+def test_data_source_without_a_scorer_counts_as_an_error_and_fails_the_batch(tokenizer):
+    batch = rollout_batch(tokenizer, ["1", "2"], ["1", "2"], data_source="nobody/scores/this")
+    with pytest.raises(RewardError, match=r"data sources \['nobody/scores/this'\].*no rule scorer for data_source"):
+        RewardManager(tokenizer, num_workers=0).score(batch)
+
+
+def test_skip_policy_reports_the_failed_samples(tokenizer):
+    manager = RewardManager(tokenizer, load_custom_function(FNS, "misbehaving"), num_workers=0, error_policy="skip")
+    result = manager.score_batch(rollout_batch(tokenizer, ["5"] * 3, ["5", "nan", "5"]))
+    assert result.failed_mask().tolist() == [False, True, False]
+    assert "returned nan" in result.failed[0].error
+
+
+def test_bad_policy_arguments(tokenizer):
+    with pytest.raises(ValueError, match="error_policy='ignore' must be one of"):
+        RewardManager(tokenizer, num_workers=0, error_policy="ignore")
+    with pytest.raises(ValueError, match="max_error_fraction=1.5 must lie in"):
+        RewardManager(tokenizer, num_workers=0, max_error_fraction=1.5)
+
+
+def test_pool_workers_outlast_ctrl_c_and_an_idle_worker_killed_by_sigterm_is_replaced(tokenizer):
+    import os
+    import signal
+
+    pool = ScoringPool(load_custom_function(FNS, "misbehaving"), 1, 5.0)
+    try:
+        task = dict(data_source="x", solution_str="1", ground_truth="1", extra_info=None)
+        assert pool.map([task])[0].score == 1.0  # the worker is up and has installed its handlers
+        pid = pool._workers[0].process.pid
+        os.kill(pid, signal.SIGINT)
+        outcome = pool.map([task])[0]
+        assert outcome.error is None and pool._workers[0].process.pid == pid
+        os.kill(pid, signal.SIGTERM)
+        pool._workers[0].process.join(timeout=5)
+        outcome = pool.map([task])[0]
+        assert outcome.error is None and pool._workers[0].process.pid != pid
     finally:
         pool.close()

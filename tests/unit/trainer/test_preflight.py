@@ -1,0 +1,125 @@
+"""Preflight: what this machine cannot honour is refused before Ray, naming the key and the fix."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+
+import pytest
+
+from verl_like.config.loader import load_config
+from verl_like.trainer import preflight
+from verl_like.trainer.preflight import PreflightError, run_preflight
+
+
+def _config(tmp_path, *overrides):
+    return load_config(["+trainer=ci_smoke", f"trainer.default_local_dir={tmp_path / 'run'}", *overrides])
+
+
+def test_the_ci_smoke_config_passes_and_creates_the_run_dir(tmp_path):
+    run_preflight(_config(tmp_path), joining_cluster=False)
+    assert (tmp_path / "run").is_dir() and not list((tmp_path / "run").iterdir())
+
+
+def test_cuda_without_gpus_fails_at_once_naming_trainer_device(tmp_path):
+    config = _config(tmp_path, "trainer.device=cuda")
+    expected = r"trainer.device=cuda but this machine has no usable GPU.*trainer.device=cpu"
+    with pytest.raises(PreflightError, match=expected):
+        preflight.check_devices(config, cuda_devices=0)
+
+
+def test_more_gpus_than_present_names_n_gpus_per_node(tmp_path):
+    config = _config(tmp_path, "trainer.device=cuda", "trainer.n_gpus_per_node=2")
+    with pytest.raises(PreflightError, match=r"trainer.n_gpus_per_node=2 asks 2 GPUs but the local cluster has 1"):
+        preflight.check_devices(config, cuda_devices=1)
+    preflight.check_devices(config, cuda_devices=2)
+
+
+def test_workers_beyond_the_counted_cpus_name_cpus_per_worker(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: 2)
+    config = _config(tmp_path, "trainer.ray_init.num_cpus=null", "trainer.cpus_per_worker=2")
+    with pytest.raises(PreflightError, match=r"need 4 logical CPUs but this machine has 2.*trainer.ray_init.num_cpus"):
+        preflight.check_devices(config, cuda_devices=0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed here")
+def test_wandb_logger_without_the_package_names_the_install(tmp_path):
+    config = _config(tmp_path, "trainer.logger=[console,wandb]")
+    expected = r"trainer.logger contains 'wandb' but the 'wandb' package is not installed"
+    with pytest.raises(PreflightError, match=expected):
+        run_preflight(config, joining_cluster=False)
+
+
+def test_csv_data_file_is_refused_by_its_suffix(tmp_path):
+    data = tmp_path / "train.csv"
+    data.write_text("prompt,answer\n")
+    config = _config(tmp_path, f"data.train_files=[{data}]")
+    expected = r"data.train_files: .*train.csv' is a .csv file; verl_like reads .parquet"
+    with pytest.raises(PreflightError, match=expected):
+        run_preflight(config, joining_cluster=False)
+
+
+def _jsonl(tmp_path, data_source):
+    path = tmp_path / "train.jsonl"
+    rows = [{"data_source": data_source, "prompt": [{"role": "user", "content": f"q{i}"}],
+             "reward_model": {"ground_truth": "1"}} for i in range(8)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_data_source_without_a_scorer_is_refused_unless_a_custom_function_scores_it(tmp_path):
+    data = _jsonl(tmp_path, "my/unscored")
+    config = _config(tmp_path, f"data.train_files=[{data}]")
+    with pytest.raises(PreflightError, match=r"data_source \['my/unscored'\].*set custom_reward_function.path"):
+        run_preflight(config, joining_cluster=False)
+    run_preflight(config, joining_cluster=False, reward_fn=lambda **kw: 1.0)
+    scorer = tmp_path / "scorer.py"
+    scorer.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    run_preflight(_config(tmp_path, f"data.train_files=[{data}]", f"custom_reward_function.path={scorer}"),
+                  joining_cluster=False)
+
+
+def test_run_dir_under_a_regular_file_is_refused(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    config = load_config(["+trainer=ci_smoke", f"trainer.default_local_dir={blocker / 'run'}"])
+    expected = r"trainer.default_local_dir=.*a_file/run' cannot be created: .*a_file is a file"
+    with pytest.raises(PreflightError, match=expected):
+        run_preflight(config, joining_cluster=False)
+
+
+def test_unwritable_run_dir_is_refused(tmp_path):
+    # /sys refuses new folders even to root (a chmod'ed folder would not stop root, which runs CI here).
+    config = load_config(["+trainer=ci_smoke", "trainer.default_local_dir=/sys/verl_like_run"])
+    expected = r"trainer.default_local_dir='/sys/verl_like_run' is not writable \(Permission"
+    with pytest.raises(PreflightError, match=expected):
+        run_preflight(config, joining_cluster=False)
+
+
+def test_checkpoint_larger_than_the_free_space_is_refused(tmp_path, monkeypatch):
+    config = _config(tmp_path, "trainer.save_freq=1")
+    monkeypatch.setattr(preflight, "checkpoint_size_estimate", lambda config: 10 * 2**30)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 2**30})())
+    with pytest.raises(PreflightError, match=r"1.0 GiB free but one checkpoint needs about 10.0 GiB.*save_freq=-1"):
+        preflight.check_run_dir(config)
+    preflight.check_run_dir(_config(tmp_path, "trainer.save_freq=-1"))
+
+
+def test_checkpoint_estimate_is_three_times_the_weight_files(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 1000)
+    config = load_config(["+trainer=ci_smoke", f"actor_rollout_ref.model.path={model}"], check_paths=False)
+    assert preflight.checkpoint_size_estimate(config) == 3000
+    assert preflight.checkpoint_size_estimate(_config(tmp_path)) is None  # the builtin model is built at run time
+
+
+def test_busy_dashboard_port_is_refused(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = _config(tmp_path, "trainer.ray_init.include_dashboard=true", f"trainer.ray_init.dashboard_port={port}")
+        with pytest.raises(PreflightError, match=rf"trainer.ray_init.dashboard_port={port} on 127.0.0.1 is not free"):
+            run_preflight(config, joining_cluster=False)
