@@ -57,7 +57,11 @@ def vllm_server(warmstart_model, tmp_path_factory):
     log = open(log_path, "wb")
     command = [sys.executable, "-m", "verl_like.serve", warmstart_model, "--port", str(port),
                "--dtype", "float32", "--max-model-len", "128", "--max-num-seqs", "128", "--seed", "0"]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    from verl_like.workers.rollout_server import die_with_parent
+
+    # Dies with this test process even when it is killed (its engine processes follow the server).
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               preexec_fn=die_with_parent)
     address = f"http://127.0.0.1:{port}"
     client = ServerClient(address, "session server")
     try:

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the parent (the Ray actor) dies, whatever kills it."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -58,7 +58,7 @@ class RolloutServerWorker:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
         log.close()
         logger.info("server %d: pid %d on %s:%d, log %s", self.index, self.process.pid, self.host, port, self.log_path)
