@@ -12,16 +12,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from verl_like.protocol import DataProto
-from verl_like.rollout.server_client import ServerClient, ServerError
-from verl_like.rollout.servers import ServerRollout
 from verl_like.single_controller import ResourcePool
 from verl_like.single_controller.worker_group import RoleHandle
+
+if TYPE_CHECKING:  # server mode's HTTP client (httpx) is imported only when a run uses servers
+    from verl_like.rollout.server_client import ServerClient
+    from verl_like.rollout.servers import ServerRollout
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ class ServerModeRollout:
         )
         if "seed" in prompts.meta_info and sampling.do_sample:
             sampling = dataclasses.replace(sampling, seed=int(prompts.meta_info["seed"]))
+        from verl_like.rollout.server_client import ServerError
+
         try:
             out = self.servers.generate(prompts, sampling)
         except ServerError as err:
@@ -110,6 +114,7 @@ def start_servers(
     launched at once, then each must answer /health within server.start_timeout_s (an error names it and shows
     its log's tail).
     """
+    from verl_like.rollout.server_client import ServerClient, ServerError
     from verl_like.workers.rollout_server import RolloutServerWorker
 
     rollout = config.actor_rollout_ref.rollout
