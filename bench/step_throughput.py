@@ -178,7 +178,9 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         f"trainer.device={device}", f"trainer.n_gpus_per_node={args.gpus}", "trainer.nnodes=1",
         f"trainer.total_training_steps={args.steps}", "trainer.test_freq=-1", "trainer.val_before_train=false",
         "trainer.save_freq=-1", "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={run_dir}",
-        "trainer.experiment_name=step_throughput", "trainer.ray_init.num_cpus=null",
+        "trainer.experiment_name=step_throughput",
+        # On CPU (--smoke) the logical CPUs may exceed the cores: 2 workers + a vLLM server in server mode.
+        f"trainer.ray_init.num_cpus={4 if device == 'cpu' else 'null'}",
         "trainer.ray_init.object_store_memory_mb=null",
         f"actor_rollout_ref.rollout.mode={args.mode}",
         *(["async_training.enable=true", f"async_training.staleness={args.staleness}", "algorithm.rollout_is=true"]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from verl_like.config.ppo import PPOConfig
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,31 @@ class RolePoolConfig:
     @property
     def world_size(self) -> int:
         return self.nnodes * self.n_gpus_per_node
+
+
+def cluster_processes(config: "PPOConfig") -> tuple[int, int]:
+    """(processes, GPUs) a run places on its cluster: the trainer's group, the vLLM servers it starts (server mode
+    without server.address: one process per TP devices of rollout_pool) and roles on pools of their own."""
+    processes = gpus = config.trainer.world_size
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.mode == "server" and not rollout.server.address:
+        processes += config.rollout_pool.world_size // rollout.tensor_model_parallel_size
+        gpus += config.rollout_pool.world_size
+    for pool in (config.critic_pool, config.reward_model_pool):
+        processes += pool.world_size
+        gpus += pool.world_size
+    return processes, gpus
+
+
+def cluster_summary(config: "PPOConfig") -> str:
+    """Who takes the cluster's slots, for error messages."""
+    rollout = config.actor_rollout_ref.rollout
+    parts = [f"trainer.nnodes x trainer.n_gpus_per_node = {config.trainer.world_size} trainer workers"]
+    if rollout.mode == "server" and not rollout.server.address:
+        parts.append(f"{config.rollout_pool.world_size // rollout.tensor_model_parallel_size} vLLM server(s) on "
+                     f"rollout_pool ({config.rollout_pool.world_size} devices)")
+    for name in ("critic_pool", "reward_model_pool"):
+        size = getattr(config, name).world_size
+        if size:
+            parts.append(f"{size} on {name}")
+    return " + ".join(parts)

@@ -15,6 +15,7 @@ from verl_like.config.data import is_synthetic
 from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
+from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.online_dpo import check_online_dpo
 from verl_like.config.model import is_builtin_model, max_position_embeddings
 from verl_like.config.ppo import PPOConfig
@@ -154,10 +155,11 @@ def _check_cluster(config: PPOConfig) -> None:
             "(or export RAY_ADDRESS) on a node of that cluster"
         )
     num_cpus = trainer.ray_init.num_cpus
-    needed = trainer.world_size * trainer.cpus_per_worker
+    processes, _ = cluster_processes(config)
+    needed = processes * trainer.cpus_per_worker
     if not joins_cluster and num_cpus is not None and num_cpus < needed:
         raise ConfigError(
-            f"trainer.ray_init.num_cpus={num_cpus} cannot place {trainer.world_size} workers x "
+            f"trainer.ray_init.num_cpus={num_cpus} cannot place {processes} processes ({cluster_summary(config)}) x "
             f"trainer.cpus_per_worker={trainer.cpus_per_worker:g} = {needed:g} CPUs; raise num_cpus or lower "
             "cpus_per_worker"
         )

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from verl_like.config.data import is_synthetic
 from verl_like.config.errors import ConfigError
+from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.ppo import PPOConfig
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def check_devices(config: PPOConfig, cuda_devices: int | None = None) -> None:
     trainer.timeouts.worker_start_timeout_s.
     """
     trainer = config.trainer
-    world = trainer.world_size
+    world, asked = cluster_processes(config)  # trainer workers + started servers + roles on pools of their own
     if trainer.device == "cuda":
         if cuda_devices is None:
             import torch
@@ -118,9 +119,9 @@ def check_devices(config: PPOConfig, cuda_devices: int | None = None) -> None:
                 f"{', VERL_LIKE_FORCE_CPU=1 is set' if os.environ.get('VERL_LIKE_FORCE_CPU') == '1' else ''}); "
                 "set trainer.device=cpu (or auto), or run on a GPU machine / join a GPU cluster with trainer.ray_address"
             )
-        if world > min(cuda_devices, asked_gpus):
+        if asked > min(cuda_devices, asked_gpus):
             raise PreflightError(
-                f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} asks {world} GPUs but the local cluster has "
+                f"{cluster_summary(config)} ask {asked} GPUs but the local cluster has "
                 f"{min(cuda_devices, asked_gpus)} (GPUs here: {cuda_devices}, trainer.ray_init.num_gpus="
                 f"{trainer.ray_init.num_gpus}); lower trainer.n_gpus_per_node or raise trainer.ray_init.num_gpus"
             )
@@ -128,7 +129,8 @@ def check_devices(config: PPOConfig, cuda_devices: int | None = None) -> None:
     needed = world * trainer.cpus_per_worker
     if trainer.ray_init.num_cpus is None and needed > cpus:  # a set num_cpus is checked by validate
         raise PreflightError(
-            f"{world} workers x trainer.cpus_per_worker={trainer.cpus_per_worker} need {needed:g} logical CPUs but "
+            f"{world} processes ({cluster_summary(config)}) x trainer.cpus_per_worker={trainer.cpus_per_worker} need "
+            f"{needed:g} logical CPUs but "
             f"this machine has {cpus} and trainer.ray_init.num_cpus=null counts them; lower trainer.cpus_per_worker "
             "or trainer.n_gpus_per_node, or set trainer.ray_init.num_cpus (logical CPUs may exceed the cores)"
         )

@@ -39,7 +39,8 @@ def test_bad_placement_and_async_settings_name_the_key(overrides, message):
 
 def test_server_mode_sizes_servers_by_the_rollout_pool_not_the_trainer_world():
     config = load_config([SERVER, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "rollout_pool.nnodes=2",
-                          "rollout_pool.n_gpus_per_node=4", "trainer.n_gpus_per_node=1"])
+                          "rollout_pool.n_gpus_per_node=4", "trainer.n_gpus_per_node=1",
+                          "trainer.ray_init.num_cpus=8"])
     assert config.derived.rollout_dp_size == 4  # 2 nodes x 4 devices / TP 2; TP needs not divide the trainer's 1
     external = load_config([SERVER, "actor_rollout_ref.rollout.server.address=[http://a:1,http://b:2]"])
     assert external.derived.rollout_dp_size == 2

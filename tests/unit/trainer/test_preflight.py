@@ -31,9 +31,24 @@ def test_cuda_without_gpus_fails_at_once_naming_trainer_device(tmp_path):
 
 def test_more_gpus_than_present_names_n_gpus_per_node(tmp_path):
     config = _config(tmp_path, "trainer.device=cuda", "trainer.n_gpus_per_node=2")
-    with pytest.raises(PreflightError, match=r"trainer.n_gpus_per_node=2 asks 2 GPUs but the local cluster has 1"):
+    with pytest.raises(PreflightError, match=r"trainer.n_gpus_per_node = 2 trainer workers ask 2 GPUs but the local "
+                                              r"cluster has 1.*lower trainer.n_gpus_per_node"):
         preflight.check_devices(config, cuda_devices=1)
     preflight.check_devices(config, cuda_devices=2)
+
+
+def test_started_servers_and_role_pools_count_with_the_trainer(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: 2)
+    config = _config(tmp_path, "trainer.ray_init.num_cpus=null", "actor_rollout_ref.rollout.mode=server")
+    with pytest.raises(PreflightError, match=r"3 processes \(.*1 vLLM server\(s\) on rollout_pool.*need 3 logical CPUs"):
+        preflight.check_devices(config, cuda_devices=0)
+    gpus = _config(tmp_path, "trainer.device=cuda", "trainer.n_gpus_per_node=1", "algorithm.adv_estimator=gae",
+                   "critic_pool.nnodes=1", "critic_pool.n_gpus_per_node=1")
+    with pytest.raises(PreflightError, match=r"1 on critic_pool ask 2 GPUs but the local cluster has 1"):
+        preflight.check_devices(gpus, cuda_devices=1)
+    external = _config(tmp_path, "trainer.ray_init.num_cpus=null", "actor_rollout_ref.rollout.mode=server",
+                       "actor_rollout_ref.rollout.server.address=[http://127.0.0.1:8000]")
+    preflight.check_devices(external, cuda_devices=0)  # servers the user started take no slot here
 
 
 def test_workers_beyond_the_counted_cpus_name_cpus_per_worker(tmp_path, monkeypatch):
