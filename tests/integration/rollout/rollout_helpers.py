@@ -27,3 +27,13 @@ def forward_log_probs(model: torch.nn.Module, rollout: DataProto, sampling: Samp
     response_logits = logits[:, prompt_len - 1 : prompt_len - 1 + response_len]
     log_probs = sampled_token_log_probs(response_logits, batch["responses"], sampling)
     return log_probs * batch["response_mask"]
+
+
+def prompt_batch(tokenizer, texts: list[str]) -> DataProto:
+    """A left-padded prompt batch of `texts` (input_ids, attention_mask, position_ids; uid "p<i>")."""
+    encoded = tokenizer(texts, padding=True, padding_side="left", return_tensors="pt")
+    mask = encoded["attention_mask"]
+    return DataProto.from_dict(
+        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
+        non_tensors={"uid": [f"p{i}" for i in range(len(texts))]},
+    )

@@ -12,6 +12,7 @@ import torch
 
 pytest.importorskip("vllm")
 
+from rollout_helpers import prompt_batch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402
@@ -27,16 +28,6 @@ PROMPTS = ["sort 4021", "sort 973", "sort 51820", "sort 660"]
 ACTOR = ActorConfig(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4, optim=OptimConfig(lr=5e-2, weight_decay=0.0))
 
 
-def prompt_batch(tokenizer) -> DataProto:
-    encoded = tokenizer(PROMPTS, padding=True, padding_side="left", return_tensors="pt")
-    mask = encoded["attention_mask"]
-    return DataProto.from_dict(
-        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask,
-                     position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
-        non_tensors={"uid": [f"p{i}" for i in range(len(PROMPTS))]},
-    )
-
-
 @pytest.fixture(scope="module")
 def linked(ray_cluster, warmstart_model, vllm_server):
     """The actor group linked to the session's server, and the driver-side rollout through it."""
@@ -49,8 +40,8 @@ def linked(ray_cluster, warmstart_model, vllm_server):
     try:
         group.init_model()
         connect = group.connect_rollout_servers([vllm_server])
-        yield dict(group=group, handle=ServerModeRollout(rollout, group, servers), prompts=prompt_batch(tokenizer),
-                   connect=connect)
+        yield dict(group=group, handle=ServerModeRollout(rollout, group, servers),
+                   prompts=prompt_batch(tokenizer, PROMPTS), connect=connect)
     finally:
         servers.close()
         group.close()
