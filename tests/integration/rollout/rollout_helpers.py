@@ -34,6 +34,7 @@ def prompt_batch(tokenizer, texts: list[str]) -> DataProto:
     encoded = tokenizer(texts, padding=True, padding_side="left", return_tensors="pt")
     mask = encoded["attention_mask"]
     return DataProto.from_dict(
-        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
+        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask,
+                     position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
         non_tensors={"uid": [f"p{i}" for i in range(len(texts))]},
     )

@@ -81,7 +81,8 @@ BAD_CONFIGS = [
     (["trainer.resume_mode=resume_path"], "trainer.resume_mode='resume_path' needs trainer.resume_from_path"),
     (["trainer.resume_from_path=/ckpt/global_step_5"], "trainer.resume_from_path is set but trainer.resume_mode='auto'"),
     (["trainer.nnodes=2"], "trainer.nnodes=2 needs a running multi-node Ray cluster"),
-    (["trainer.ray_init.num_cpus=1"], "trainer.ray_init.num_cpus=1 cannot place 2 processes (trainer.nnodes x trainer.n_gpus_per_node = 2 trainer workers)"),
+    (["trainer.ray_init.num_cpus=1"],
+     "trainer.ray_init.num_cpus=1 cannot place 2 processes (trainer.nnodes x trainer.n_gpus_per_node = 2 trainer"),
     # paths
     (["actor_rollout_ref.model.path=/nonexistent/model"],
      "actor_rollout_ref.model.path='/nonexistent/model': no such directory"),
