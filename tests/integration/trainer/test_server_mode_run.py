@@ -120,3 +120,33 @@ def test_async_driver_at_staleness_one_raises_the_held_out_reward(cache_dir, tmp
     assert all(r["async/weight_version"] == r["step"] - 1 - r["async/staleness"] for r in trained)
     assert trained[-1]["async/staleness_count/1"] == 19.0
     assert all("rollout_is/mean" in r or any(k.startswith("rollout_is/") for k in r) for r in trained)
+
+
+def test_killed_async_run_resumes_at_the_first_untrained_batch(cache_dir, tmp_path, vllm_server):
+    """Staleness 2: when the step-2 checkpoint is written, the batches of steps 3 and 4 are already drawn and being
+    generated; the checkpoint must still point the loader at step 3's batch, and the resumed run trains steps 3-4."""
+    from verl_like.trainer.checkpoint import CheckpointManager
+
+    run = tmp_path / "run"
+    common = ["+trainer=ci_smoke", *SERVER, f"actor_rollout_ref.rollout.server.address=[{vllm_server}]",
+              "async_training.enable=true", "async_training.staleness=2", "algorithm.rollout_is=true",
+              "trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.test_freq=-1",
+              "trainer.resume_mode=auto", f"trainer.default_local_dir={run}"]
+    proc = _main_ppo(common, cache_dir)
+    try:
+        deadline = time.monotonic() + 600
+        metrics = run / "metrics.jsonl"
+        while not (metrics.exists() and any(r["step"] == 3 for r in read_metrics(metrics))):
+            assert proc.poll() is None, proc.stdout.read()[-4000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-run, after the step-2 checkpoint, with batches in flight
+        proc.wait()
+    state = CheckpointManager(run / "checkpoints").load_trainer_state(2)
+    assert state["dataloader"]["position"] == 2, state["dataloader"]  # 2 batches trained; 3 and 4 were in flight
+    _run(common, cache_dir)
+    resumed = [r for r in read_metrics(metrics) if r["step"] >= 3]
+    assert [r["step"] for r in resumed[-2:]] == [3, 4]
+    # Resumed from version 2: step 3's batch was regenerated with the restored weights (no staler than before).
+    assert resumed[-2]["async/weight_version"] == 2.0 and resumed[-1]["async/staleness"] <= 2.0
