@@ -13,6 +13,11 @@ Meshes: "actor" = every rank its own DP rank (FSDP over the whole group); "rollo
 `tensor_model_parallel_size` consecutive ranks, each group one DP rank that receives one chunk, and its TP
 rank 0 returns it.
 
+Weights reach the rollout through one `WeightTransport` (resharding/transports/), chosen once: sliced for an engine
+that loads TP slices, full tensors otherwise (or into the user's `update_rollout_weights`). With
+rollout.mode=server the worker holds no engine: `connect_rollout_servers(addresses)` builds the server transport
+(rank 0 sends through vLLM's weight-transfer API) and the driver generates through the servers.
+
 Custom engines, two ways (examples/custom_rollout_worker.py):
 - override `build_rollout_engine()` to return your own RolloutEngine (its `load_weights` gets full tensors);
 - override the text hook `generate(prompts: list[str]) -> list[str]` around an engine you build yourself after
