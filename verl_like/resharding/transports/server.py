@@ -162,10 +162,14 @@ class ServerTransport(WeightTransport):
         start = time.perf_counter()
         stream = self.engine.full_state_iterator()
         sent = buckets = 0
-        if self.sender is not None:
-            sent, buckets = self.sender.send(stream, version)
-        for _ in stream:  # the other ranks take part in every gather (a collective) and send nothing
-            pass
+        try:
+            if self.sender is not None:
+                sent, buckets = self.sender.send(stream, version)
+        finally:
+            # Every rank takes part in every gather (a collective): the other ranks send nothing, and rank 0 finishes
+            # the stream even when sending failed, so its peers return instead of waiting out the group's timeout.
+            for _ in stream:
+                pass
         return SyncStats(wall_s=time.perf_counter() - start, model_bytes=sent, loaded_bytes=0, received_bytes=0,
                          sent_bytes=sent, buckets=buckets, mode="server")
 
