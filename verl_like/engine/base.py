@@ -40,6 +40,21 @@ import torch.distributed as dist
 
 from verl_like.protocol import DataProto
 
+@dataclass(frozen=True)
+class WeightHoldings:
+    """Which rank of the trainer's world holds which rectangle of every parameter, in HF names and HF (unfused)
+    layout; a pure description, the same on every rank (the sliced weight sync plans from it without talking).
+
+    params: (HF name, full shape) of every parameter, in one fixed order.
+    boxes: boxes[i][rank] is the `resharding.layout.Box` of params[i] that global rank `rank` holds (its
+      `local_weight_shards()[name]` is exactly that rectangle), or None. Several ranks may hold the same box
+      (data-parallel replicas); the plan picks one sender.
+    """
+
+    params: tuple[tuple[str, tuple[int, ...]], ...]
+    boxes: tuple[tuple[Any, ...], ...]
+
+
 LossFn = Callable[[dict[str, torch.Tensor], DataProto], tuple[torch.Tensor, dict[str, float]]]
 """loss_fn(model_outputs, micro_batch) -> (loss share: 0-d tensor, metrics: {name: float}); see the module doc."""
 
@@ -104,9 +119,20 @@ class TrainEngine(abc.ABC):
     def current_lr(self) -> float:
         """Learning rate the next optimizer step uses."""
 
+    @property
+    def collects_outputs(self) -> bool:
+        """Whether this rank returns the results of its data-parallel rank (one rank per DP rank does: with
+        model parallelism, the TP/PP peers of a DP rank get the same rows and compute the same results)."""
+        return True
+
     @abc.abstractmethod
-    def named_parameter_shards(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """(HF parameter name, this rank's shard as a DTensor) for every parameter; no communication."""
+    def weight_holdings(self) -> WeightHoldings:
+        """Who holds which rectangle of every parameter (HF layout); pure, the same on every rank."""
+
+    @abc.abstractmethod
+    def local_weight_shards(self) -> dict[str, torch.Tensor]:
+        """HF name -> this rank's rectangle of that parameter (see `weight_holdings`), no communication; only the
+        parameters this rank holds."""
 
     @abc.abstractmethod
     def full_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -23,7 +23,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine
+from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine, WeightHoldings
 from verl_like.engine.config import EngineConfig, torch_dtype
 from verl_like.engine.fsdp_checkpoint import hf_files_writer, load_fsdp_checkpoint, save_fsdp_checkpoint
 from verl_like.engine.lr_schedule import WarmupSchedule
@@ -247,9 +247,27 @@ class FSDPEngine(TrainEngine):
         self._global_step += 1
         return grad_norm
 
-    def named_parameter_shards(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def weight_holdings(self) -> WeightHoldings:
+        """Dim-0 shards in torch.chunk layout over the mesh's ranks (trailing ranks may hold none)."""
+        from verl_like.resharding.layout import Box
+
+        world = dist.get_world_size()
+        mesh_ranks = [int(r) for r in self.mesh.mesh.flatten().tolist()]
+        params, boxes = [], []
         for name, param in self.model.named_parameters():
-            yield name, param.detach()
+            rows = param.shape[0]
+            chunk = -(-rows // len(mesh_ranks))
+            per_rank: list[Box | None] = [None] * world
+            for index, rank in enumerate(mesh_ranks):
+                start = min(index * chunk, rows)
+                per_rank[rank] = Box(start, min(start + chunk, rows))
+            params.append((name, tuple(param.shape)))
+            boxes.append(tuple(per_rank))
+        return WeightHoldings(tuple(params), tuple(boxes))
+
+    def local_weight_shards(self) -> dict[str, torch.Tensor]:
+        return {name: (param.to_local() if isinstance(param, DTensor) else param).detach()
+                for name, param in self.model.named_parameters()}
 
     def full_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, param in self.model.named_parameters():

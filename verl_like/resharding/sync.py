@@ -14,7 +14,6 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from verl_like.engine.base import TrainEngine
 from verl_like.resharding.layout import ModelShape
@@ -25,10 +24,6 @@ from verl_like.rollout.base import RolloutEngine
 from verl_like.utils.device import get_torch_device
 
 logger = logging.getLogger(__name__)
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 class SlicedWeightSync:
@@ -53,7 +48,7 @@ class SlicedWeightSync:
         if not rollout.supports_slice_loading or rollout.weight_dtype is None:
             raise TypeError(f"{type(rollout).__name__} does not load TP slices; use full-tensor loading")
         self.wire_dtype = rollout.weight_dtype
-        named_shapes = [(name, tuple(tensor.shape)) for name, tensor in engine.named_parameter_shards()]
+        named_shapes = list(engine.weight_holdings().params)
         element_size = torch.empty((), dtype=self.wire_dtype).element_size()
         specs = param_specs(named_shapes, shape, element_size)
         self.plan: SyncPlan = build_sync_plan(specs, engine.dp_size, rollout.tp_size, shape, bucket_bytes)
@@ -75,7 +70,7 @@ class SlicedWeightSync:
     def __call__(self) -> SyncStats:
         """Moves the current weights into vLLM and drops its prefix cache; returns this rank's stats."""
         start = time.perf_counter()
-        shards = {name: _local(tensor) for name, tensor in self.engine.named_parameter_shards()}
+        shards = self.engine.local_weight_shards()
         with self.loader as loader:
             stats = self.transfer.run(shards, loader)
         self.rollout.reset_cache()

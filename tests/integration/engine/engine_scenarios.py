@@ -86,7 +86,7 @@ def data_parallel(ctx, kind, overrides, rows_rank0):
         "num_micro_batches": result.num_micro_batches,
         "grad_norm": grad_norm,
         "weights": weights if ctx["rank"] == 0 else None,
-        "shards": {name: shard.to_local().clone() for name, shard in engine.named_parameter_shards()},
+        "shards": {name: shard.clone() for name, shard in engine.local_weight_shards().items()},
     }
 
 
