@@ -139,6 +139,16 @@ class Box:
     def shape(self, full_shape: tuple[int, ...]) -> tuple[int, ...]:
         return (self.rows, self.cols(full_shape[1])) if len(full_shape) == 2 else (self.rows,)
 
+    def intersect(self, other: "Box", full_cols: int) -> "Box | None":
+        """The rectangle both boxes cover (columns resolved against `full_cols` for 1-D tensors: 1); None if empty."""
+        rows_lo, rows_hi = max(self.row_start, other.row_start), min(self.row_stop, other.row_stop)
+        cols_lo = max(self.col_start, other.col_start)
+        cols_hi = min(full_cols if self.col_stop is None else self.col_stop,
+                      full_cols if other.col_stop is None else other.col_stop)
+        if rows_lo >= rows_hi or cols_lo >= cols_hi:
+            return None
+        return Box(rows_lo, rows_hi, cols_lo, None if cols_hi == full_cols else cols_hi)
+
     def intersect_rows(self, start: int, stop: int) -> "Box | None":
         """This box restricted to rows [start, stop); None when nothing is left."""
         lo, hi = max(self.row_start, start), min(self.row_stop, stop)

@@ -1,8 +1,8 @@
 """The two ways a worker moves its trainer's weights into its vLLM engine.
 
 `SlicedWeightSync` (the hybrid engine): each rank receives only its TP slices, from the ranks holding those
-rows, in bounded buckets, straight into vLLM's parameters. `full_weight_sync` (the reference and the fallback):
-full tensors, gathered one parameter at a time from the FSDP shards (`full_state_iterator`), through vLLM's own
+rectangles (`TrainEngine.weight_holdings`: FSDP2 rows or Megatron TP/PP shards), in bounded buckets, straight into vLLM's parameters. `full_weight_sync` (the reference and the fallback):
+full tensors, gathered one parameter at a time from the training shards (`full_state_iterator`), through vLLM's own
 loader, which narrows them itself. Both are collectives: every rank of the trainer's group calls them together.
 """
 
@@ -48,23 +48,25 @@ class SlicedWeightSync:
         if not rollout.supports_slice_loading or rollout.weight_dtype is None:
             raise TypeError(f"{type(rollout).__name__} does not load TP slices; use full-tensor loading")
         self.wire_dtype = rollout.weight_dtype
-        named_shapes = list(engine.weight_holdings().params)
+        holdings = engine.weight_holdings()
         element_size = torch.empty((), dtype=self.wire_dtype).element_size()
-        specs = param_specs(named_shapes, shape, element_size)
-        self.plan: SyncPlan = build_sync_plan(specs, engine.dp_size, rollout.tp_size, shape, bucket_bytes)
-        if rollout.tp_rank != engine.dp_rank % rollout.tp_size:
+        specs = param_specs(list(holdings.params), shape, element_size)
+        kept = {spec.name for spec in specs}  # a tied lm_head is not sent
+        holders = tuple(boxes for (name, _), boxes in zip(holdings.params, holdings.boxes) if name in kept)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        self.rank = rank
+        self.plan: SyncPlan = build_sync_plan(specs, world, rollout.tp_size, shape, bucket_bytes, holders)
+        if rollout.tp_rank != rank % rollout.tp_size:
             raise RuntimeError(
-                f"rank {engine.dp_rank} is vLLM TP rank {rollout.tp_rank}, but the sync plan assumes TP groups of "
-                f"{rollout.tp_size} consecutive trainer ranks (TP rank {engine.dp_rank % rollout.tp_size})"
+                f"rank {rank} is vLLM TP rank {rollout.tp_rank}, but the sync plan assumes TP groups of "
+                f"{rollout.tp_size} consecutive trainer ranks (TP rank {rank % rollout.tp_size})"
             )
-        self.transfer = SlicedTransfer(
-            self.plan, engine.dp_rank, self.wire_dtype, get_torch_device(), timeout_s, group
-        )
+        self.transfer = SlicedTransfer(self.plan, rank, self.wire_dtype, get_torch_device(), timeout_s, group)
         self.loader = rollout.slice_loader(self.plan.params, shape)
         logger.info(
             "sliced weight sync: %d parameters in %d buckets of <= %d MB; rank %d receives %.1f MB of %.1f MB",
-            len(specs), len(self.plan.buckets), bucket_bytes >> 20, engine.dp_rank,
-            self.plan.received_bytes(engine.dp_rank) / 2**20, self.plan.model_bytes / 2**20,
+            len(specs), len(self.plan.buckets), bucket_bytes >> 20, rank,
+            self.plan.received_bytes(rank) / 2**20, self.plan.model_bytes / 2**20,
         )
 
     def __call__(self) -> SyncStats:

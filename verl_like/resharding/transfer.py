@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from verl_like.resharding.layout import Box
-from verl_like.resharding.plan import Piece, SyncPlan, fsdp_rows
+from verl_like.resharding.plan import Piece, SyncPlan
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ class _RankBucket:
 
 
 class SlicedTransfer:
-    """Executes `plan` on this rank. `shards[name]` is this rank's local FSDP shard (dim-0 rows) of each
-    parameter; `group` spans the plan's ranks in order (None: the default group)."""
+    """Executes `plan` on this rank. `shards[name]` is this rank's rectangle of each parameter it holds
+    (`plan.held(rank, i)`); `group` spans the plan's ranks in order (None: the default group)."""
 
     def __init__(
         self,
@@ -108,9 +108,9 @@ class SlicedTransfer:
         self.group = group
         params = plan.params
         self._needed = [plan.needed(rank, i) for i in range(len(params))]
-        rows = [fsdp_rows(spec.shape[0], plan.world_size, rank) for spec in params]
-        self._first_row = [start for start, _ in rows]
-        self._shard_shapes = {spec.name: (stop - start, *spec.shape[1:]) for spec, (start, stop) in zip(params, rows)}
+        held = [plan.held(rank, i) for i in range(len(params))]
+        self._origin = [(0, 0) if box is None else (box.row_start, box.col_start) for box in held]
+        self._shard_shapes = {spec.name: box.shape(spec.shape) for spec, box in zip(params, held) if box is not None}
         self._loaded_bytes = plan.loaded_bytes(rank)
         pieces_to_me: dict[int, list[Piece]] = {}
         for bucket in plan.buckets:
@@ -132,7 +132,7 @@ class SlicedTransfer:
             ))
 
     def _shard_part(self, shards: Mapping[str, torch.Tensor], piece: Piece) -> torch.Tensor:
-        return _region(shards[self.plan.params[piece.param].name], piece.box, self._first_row[piece.param], 0)
+        return _region(shards[self.plan.params[piece.param].name], piece.box, *self._origin[piece.param])
 
     def _check_shards(self, shards: Mapping[str, torch.Tensor]) -> None:
         for name, expected in self._shard_shapes.items():
@@ -141,8 +141,8 @@ class SlicedTransfer:
             if tuple(shards[name].shape) != expected:
                 raise ValueError(
                     f"weight sync: rank {self.rank}'s shard of {name!r} has shape "
-                    f"{tuple(shards[name].shape)}, expected {expected} (a dim-0 FSDP2 shard over "
-                    f"{self.plan.world_size} ranks)"
+                    f"{tuple(shards[name].shape)}, expected {expected} (the box its engine's weight_holdings() "
+                    "names)"
                 )
 
     def run(self, shards: Mapping[str, torch.Tensor], sink: SliceSink) -> SyncStats:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from verl_like.resharding.layout import ModelShape, Placement, tp_slice
+from verl_like.resharding.layout import Box, ModelShape, Placement, tp_slice
 from verl_like.resharding.plan import build_sync_plan, fsdp_rows, param_specs
 
 SHAPE = ModelShape(num_attention_heads=4, num_key_value_heads=2, head_dim=4, hidden_size=16,
@@ -38,16 +38,22 @@ def region(tensor, box, row_offset=0, col_offset=0):
 
 
 def simulate(plan, tensors):
-    """Runs every bucket's pieces from dim-0 shards; returns {rank: {name: slice}} and the order of completion."""
+    """Runs every bucket's pieces from the plan's holder boxes; returns {rank: {name: slice}}."""
     world = plan.world_size
-    shards = {r: {n: t[slice(*fsdp_rows(t.shape[0], world, r))] for n, t in tensors.items()} for r in range(world)}
+    shards = {r: {} for r in range(world)}
+    for index, spec in enumerate(plan.params):
+        for r in range(world):
+            box = plan.held(r, index)
+            if box is not None:
+                shards[r][spec.name] = region(tensors[spec.name], box).clone()
     assembling = {r: {} for r in range(world)}
     done = {r: {} for r in range(world)}
     for bucket in plan.buckets:
         for piece in bucket.pieces:
             spec = plan.params[piece.param]
-            src_start, _ = fsdp_rows(spec.shape[0], world, piece.src)
-            data = region(shards[piece.src][spec.name], piece.box, src_start)
+            held = plan.held(piece.src, piece.param)
+            assert held is not None, (piece, "sent by a rank that does not hold it")
+            data = region(shards[piece.src][spec.name], piece.box, held.row_start, held.col_start)
             need = plan.needed(piece.dst, piece.param)
             target = assembling[piece.dst].setdefault(
                 piece.param, torch.full(need.shape(spec.shape), float("nan")))
@@ -136,3 +142,72 @@ def test_plan_refuses_tp_not_dividing_world():
     specs = param_specs([("model.norm.weight", (16,))], SHAPE, 4)
     with pytest.raises(ValueError, match="tensor_model_parallel_size=2 does not divide the world size 3"):
         build_sync_plan(specs, 3, 2, SHAPE, 1024)
+
+
+def megatron_holders(specs, shape, tp, pp, dp, layers=2):
+    """Holder boxes of a Megatron layout (rank = dp * pp * tp order: TP fastest, then DP, then PP, as Megatron's
+    default order tp-cp-ep-dp-pp): each TP rank holds its slice of its stage's layers, DP replicas the same."""
+    world = tp * pp * dp
+    holders = []
+    for spec in specs:
+        per_rank = []
+        for rank in range(world):
+            tp_rank, pp_rank = rank % tp, rank // (tp * dp)
+            name = spec.name
+            if ".layers." in name:
+                layer = int(name.split(".layers.")[1].split(".")[0])
+                mine = layer // (layers // pp) == pp_rank
+            else:
+                mine = (pp_rank == 0) if "embed" in name else (pp_rank == pp - 1)
+            if not mine:
+                per_rank.append(None)
+                continue
+            rows = spec.shape[0]
+            if spec.layout.placement in (Placement.Q_HEADS, Placement.KV_HEADS, Placement.COLUMN):
+                per_rank.append(Box(tp_rank * rows // tp, (tp_rank + 1) * rows // tp))
+            elif spec.layout.placement is Placement.ROW:
+                cols = spec.shape[1]
+                per_rank.append(Box(0, rows, tp_rank * cols // tp, (tp_rank + 1) * cols // tp))
+            elif spec.layout.placement is Placement.VOCAB:  # padded like vLLM's vocab (multiple of 64), then split
+                per = shape.padded_vocab_per_rank(tp)
+                per_rank.append(Box(min(tp_rank * per, rows), min((tp_rank + 1) * per, rows)))
+            else:
+                per_rank.append(Box(0, rows))
+        holders.append(tuple(per_rank))
+    return tuple(holders)
+
+
+@pytest.mark.parametrize("tp, pp, dp, rollout_tp", [(2, 1, 2, 2), (2, 1, 2, 1), (1, 2, 2, 2), (2, 2, 1, 4),
+                                                    (2, 2, 1, 1), (2, 1, 1, 2)])
+@pytest.mark.parametrize("bucket_bytes", [1 << 20, 700])
+def test_megatron_shards_reach_every_rollout_rank_as_its_tp_slices(tp, pp, dp, rollout_tp, bucket_bytes):
+    tensors = model_tensors(SHAPE)
+    specs = param_specs([(n, tuple(t.shape)) for n, t in tensors.items()], SHAPE, element_size=4)
+    world = tp * pp * dp
+    if SHAPE.num_attention_heads % rollout_tp or world % rollout_tp:
+        pytest.skip("vLLM TP must divide the heads and the world")
+    plan = build_sync_plan(specs, world, rollout_tp, SHAPE, bucket_bytes, megatron_holders(specs, SHAPE, tp, pp, dp))
+    done = simulate(plan, tensors)
+    for rank in range(world):
+        for spec in specs:
+            box = tp_slice(spec.layout, spec.shape, SHAPE, rank % rollout_tp, rollout_tp)
+            assert torch.equal(done[rank][spec.name], region(tensors[spec.name], box)), (rank, spec.name)
+    sent = {}
+    for bucket in plan.buckets:
+        for piece in bucket.pieces:
+            if piece.src != piece.dst:
+                sent[piece.src] = sent.get(piece.src, 0) + 1
+    if tp == rollout_tp and pp == 1:
+        assert not sent  # Megatron's TP slices are vLLM's: nothing moves
+    if dp > 1 and rollout_tp == 1:
+        assert len(sent) == world  # every replica sends: the load is spread, not all on one rank
+
+
+def test_plan_refuses_overlapping_and_missing_holdings():
+    specs = param_specs([("model.norm.weight", (16,)), ("model.layers.0.mlp.up_proj.weight", (24, 16))], SHAPE, 4)
+    overlapping = ((Box(0, 16), Box(0, 16)), (Box(0, 16), Box(8, 24)))
+    with pytest.raises(ValueError, match="up_proj.weight overlap"):
+        build_sync_plan(specs, 2, 1, SHAPE, 1024, overlapping)
+    missing = ((Box(0, 16), None), (Box(0, 12), None))
+    with pytest.raises(ValueError, match="no training rank holds part of model.layers.0.mlp.up_proj.weight"):
+        build_sync_plan(specs, 2, 1, SHAPE, 1024, missing)

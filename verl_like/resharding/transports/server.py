@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from verl_like.engine.base import TrainEngine
 from verl_like.resharding.gloo import free_port, gloo_group
@@ -153,7 +154,7 @@ class ServerTransport(WeightTransport):
     def __init__(self, engine: TrainEngine, addresses: list[str], options: ServerTransportOptions) -> None:
         self.engine = engine
         self.sender: WeightSender | None = None
-        if engine.dp_rank == 0:
+        if dist.get_rank() == 0:  # global rank 0: with model parallelism several ranks are DP rank 0
             clients = [ServerClient(a, f"server {i}", timeout_s=options.timeout_s) for i, a in enumerate(addresses)]
             self.sender = WeightSender(clients, options)
             self.sender.connect()
