@@ -1,4 +1,5 @@
-"""Update-phase throughput of the FSDP2 engine: forward_backward + optimizer_step on packed rollout-shaped batches.
+"""Update-phase throughput of a training engine (FSDP2, or Megatron with --strategy megatron): forward_backward +
+optimizer_step on rollout-shaped batches.
 
 Models: Qwen2.5-0.5B- and 1.5B-shaped Qwen2 models with random weights (no hub), fp32 master weights with bf16
 compute and fp32 gradient reduction, packed sequences (use_remove_padding) in token-budget micro-batches.
@@ -13,6 +14,10 @@ counted.
     python bench/update_throughput.py                          # both shapes, one GPU
     torchrun --nproc-per-node 8 bench/update_throughput.py     # data parallel over 8 GPUs
     python bench/update_throughput.py --smoke                  # tiny shape on CPU, a check that it runs
+    python bench/update_throughput.py --strategy megatron --tp 1 --pp 1   # Megatron-core on the same batches
+
+Megatron runs without TransformerEngine (the local layer spec): padded micro-batches (no packed sequences) and
+attention that materialises the s x s scores, so compare it with FSDP2 both packed and --padded.
 """
 
 from __future__ import annotations
@@ -114,14 +119,14 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         dtype="float32",
         param_dtype="bfloat16",
         reduce_dtype="float32",
-        attn_implementation=args.attn,
+        attn_implementation=args.attn if args.strategy == "fsdp2" else None,
         gradient_checkpointing=args.gradient_checkpointing,
         lr=1e-6,
-        use_remove_padding=not args.padded,
+        use_remove_padding=not args.padded and args.strategy == "fsdp2",
         use_dynamic_bsz=True,
         max_tokens_per_rank=args.max_tokens_per_rank,
     )
-    engine = FSDPEngine(config)
+    engine = build_engine(config, args)
     batches = [
         make_rollout_batch(args.rows_per_rank, args.prompt_len, args.response_len, shape.vocab_size,
                            seed=1000 * step + dist.get_rank())
@@ -156,7 +161,11 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "model": name,
         "gpus": world if is_cuda_available() else 0,
         "world_size": world,
-        "attn_implementation": engine.model.config._attn_implementation,
+        "strategy": args.strategy,
+        "tp": args.tp if args.strategy == "megatron" else 1,
+        "pp": args.pp if args.strategy == "megatron" else 1,
+        "attn_implementation": (engine.model.config._attn_implementation if args.strategy == "fsdp2"
+                                else "megatron-local"),
         "gradient_checkpointing": args.gradient_checkpointing,
         "packed": not args.padded,
         "rows_per_rank": args.rows_per_rank,
@@ -177,6 +186,17 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     if is_cuda_available():
         torch.cuda.empty_cache()
     return report
+
+
+def build_engine(config: EngineConfig, args: argparse.Namespace):
+    """The engine under test: FSDP2, or Megatron-core with the --tp/--pp layout (data parallel over the rest)."""
+    if args.strategy == "fsdp2":
+        return FSDPEngine(config)
+    from verl_like.config.megatron import MegatronConfig
+    from verl_like.engine.megatron.engine import MegatronEngine
+
+    return MegatronEngine(config, MegatronConfig(tensor_model_parallel_size=args.tp,
+                                                 pipeline_model_parallel_size=args.pp))
 
 
 def _init_single_process_group() -> None:
@@ -200,6 +220,9 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=2)
     parser.add_argument("--attn", default=None, choices=["flash_attention_2", "varlen", "flex_attention", "sdpa", "eager"])
     parser.add_argument("--padded", action="store_true", help="padded rows instead of packed sequences")
+    parser.add_argument("--strategy", default="fsdp2", choices=["fsdp2", "megatron"])
+    parser.add_argument("--tp", type=int, default=1, help="Megatron tensor-parallel size")
+    parser.add_argument("--pp", type=int, default=1, help="Megatron pipeline-parallel size")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="where the random models are written (default: a tmp dir)")
