@@ -111,7 +111,11 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         if self.group is None:
             raise RuntimeError("verl_like gloo weight transfer: POST /init_weight_transfer_engine first")
         flat = torch.empty(sum(update_info.sizes), dtype=getattr(torch, update_info.dtype_name))
-        self.group.broadcast(flat, 0).wait()
+        self.group.broadcast(flat, 0).wait()  # gloo fills host memory
+        # One copy of the whole bucket onto the model's device (a no-op on CPU): the loader then copies device to
+        # device instead of paying one host-to-device transfer per tensor, and the layerwise reload, which holds
+        # the loaded tensors until a layer is complete, holds device tensors as with vLLM's own engines.
+        flat = flat.to(self.device)
         pieces = flat.split(update_info.sizes)
         self.model.load_weights(
             [(name, piece.view(shape)) for name, piece, shape in zip(update_info.names, pieces, update_info.shapes)]
