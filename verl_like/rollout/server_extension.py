@@ -132,6 +132,20 @@ class WeightTransferExtension:
         """The weight-transfer backends this worker knows (a check reachable through /collective_rpc)."""
         return sorted(WeightTransferEngineFactory._registry)
 
+    def verl_like_weight_sums(self) -> dict[str, float]:
+        """{"sum", "sum_squares", "numel"} of this worker's model parameters in float64, through /collective_rpc.
+
+        A fingerprint that needs no name mapping: vLLM fuses q/k/v and gate/up, and the fused tensors' sums are
+        the HF tensors' sums added up (TP workers each hold a slice: add over workers)."""
+        total = squares = 0.0
+        numel = 0
+        for parameter in self.model_runner.get_model().parameters():
+            values = parameter.detach().double()
+            total += float(values.sum())
+            squares += float(values.square().sum())
+            numel += values.numel()
+        return {"sum": total, "sum_squares": squares, "numel": numel}
+
 
 def _end_with_the_server() -> None:
     """Ends this worker process (and the engine process above it) once the server's front process is gone.
