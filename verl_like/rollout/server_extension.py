@@ -110,8 +110,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("verl_like gloo weight transfer: POST /init_weight_transfer_engine first")
-        flat = torch.empty(sum(update_info.sizes), dtype=getattr(torch, update_info.dtype_name))
-        self.group.broadcast(flat, 0).wait()  # gloo fills host memory
+        # Host memory whatever default device the caller's context sets: the group is gloo.
+        flat = torch.empty(sum(update_info.sizes), dtype=getattr(torch, update_info.dtype_name), device="cpu")
+        self.group.broadcast(flat, 0).wait()
         # One copy of the whole bucket onto the model's device (a no-op on CPU): the loader then copies device to
         # device instead of paying one host-to-device transfer per tensor, and the layerwise reload, which holds
         # the loaded tensors until a layer is complete, holds device tensors as with vLLM's own engines.
