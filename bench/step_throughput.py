@@ -22,12 +22,15 @@ end of the first generation (and to its start, `launch_to_first_rollout_start_s`
     python bench/step_throughput.py --model qwen2.5-0.5b --gpus 2 --tp 2         # TP=2 on two GPUs
     python bench/step_throughput.py --smoke                                      # tiny model, 2 CPU workers
     python bench/step_throughput.py --smoke --mode server                        # rollout in a vLLM server
+    python bench/step_throughput.py --model qwen2.5-0.5b --mode server            # server on the trainer's GPU
     python bench/step_throughput.py --smoke --mode server --staleness 1          # generation overlapping the update
 
-With --mode server the rollout runs in vLLM servers on a pool of their own (rollout_pool) and weights go through
-vLLM's weight-transfer API; with --staleness K the asynchronous driver overlaps generation with the update, the
-rollout phase is the background generation time, `rollout_wait` what the step waited for it, and
-`overlap_fraction` 1 - wait / generation.
+With --mode server the rollout runs in vLLM servers and weights go through vLLM's weight-transfer API. On GPUs the
+servers share the trainer's GPUs by default (rollout_pool.gpu_fraction = --server-gpu-fraction, 0.3: one server per
+GPU next to its trainer worker, vLLM's gpu_memory_utilization = that fraction unless given); 0 gives them a pool of
+their own (rollout_pool, --gpus more GPUs). On CPU (--smoke) they keep a slot of their own. With --staleness K
+the asynchronous driver overlaps generation with the update, the rollout phase is the background generation time,
+`rollout_wait` what the step waited for it, and `overlap_fraction` 1 - wait / generation.
 """
 
 from __future__ import annotations
@@ -183,6 +186,8 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         f"trainer.ray_init.num_cpus={4 if device == 'cpu' else 'null'}",
         "trainer.ray_init.object_store_memory_mb=null",
         f"actor_rollout_ref.rollout.mode={args.mode}",
+        *([f"rollout_pool.gpu_fraction={args.server_gpu_fraction}", f"rollout_pool.n_gpus_per_node={args.gpus}"]
+          if args.mode == "server" and args.server_gpu_fraction else []),
         *(["async_training.enable=true", f"async_training.staleness={args.staleness}", "algorithm.rollout_is=true"]
           if args.staleness is not None else []),
     ]
@@ -241,7 +246,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--max-tokens-per-gpu", type=int, default=32768, help="update micro-batch token budget")
     parser.add_argument("--max-num-seqs", type=int, default=512)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None,
+                        help="vLLM's share of device memory (default 0.5; --server-gpu-fraction when servers share)")
     parser.add_argument("--bucket-mb", type=int, default=512)
     parser.add_argument("--param-dtype", default="bfloat16")
     parser.add_argument("--rollout-dtype", default="bfloat16")
@@ -259,6 +265,9 @@ def main() -> None:
                         help="rollout placement (server: vLLM servers on a pool of their own)")
     parser.add_argument("--staleness", type=int, default=None,
                         help="asynchronous training with this staleness K (server mode; rollout IS on)")
+    parser.add_argument("--server-gpu-fraction", type=float, default=None,
+                        help="--mode server on GPUs: each server's share of its trainer worker's GPU "
+                             "(rollout_pool.gpu_fraction; default 0.3; 0: servers on GPUs of their own)")
     parser.add_argument("--smoke", action="store_true", help="tiny model on 2 CPU workers, fp32, 2 short steps")
     args = parser.parse_args()
     if args.smoke:
@@ -269,6 +278,11 @@ def main() -> None:
     from verl_like.utils.device import is_cuda_available
 
     device = "cuda" if is_cuda_available() and not args.smoke else "cpu"
+    if args.server_gpu_fraction is None:
+        args.server_gpu_fraction = 0.3 if args.mode == "server" and device == "cuda" else 0.0
+    if args.gpu_memory_utilization is None:
+        shared = args.mode == "server" and args.server_gpu_fraction
+        args.gpu_memory_utilization = args.server_gpu_fraction if shared else 0.5
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="step_throughput_"))
     workdir.mkdir(parents=True, exist_ok=True)
     shape = dict(zip(FIELDS, SHAPES[args.model]))
@@ -305,7 +319,8 @@ def main() -> None:
     records = read_metrics(next(run_dir.rglob("metrics.jsonl")))
     report = {
         "model": args.model, "shape": shape, "gpus": args.gpus, "tp": args.tp, "device": device,
-        "mode": args.mode, "staleness": args.staleness,
+        "mode": args.mode, "staleness": args.staleness, "server_gpu_fraction": args.server_gpu_fraction,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
         "prompts": args.prompts, "n": args.n, "prompt_len": args.prompt_len, "response_len": args.response_len,
         "offload": args.offload, "offload_policy": args.offload_policy, "eager": args.eager,
         "rollout_dtype": args.rollout_dtype,

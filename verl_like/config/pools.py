@@ -18,10 +18,16 @@ class ResourcePoolConfig:
       nnodes / n_gpus_per_node: nnodes * n_gpus_per_node devices (on CPU: server processes' slots); every
         actor_rollout_ref.rollout.tensor_model_parallel_size of them on one node make one server, and several
         servers are data parallel (requests are balanced across them).
+      gpu_fraction: 0 (default) gives the servers devices of their own. A value in (0, 1) puts them on the
+        trainer's devices instead (e.g. one GPU for trainer and server): one server per trainer device (TP 1;
+        nnodes / n_gpus_per_node must then equal the trainer's), its Ray actor taking gpu_fraction of that
+        device's bundle (GPU and CPUs) and the trainer's worker the rest. vLLM's rollout.gpu_memory_utilization
+        must not exceed it, so the trainer keeps at least 1 - gpu_fraction of the device's memory.
     """
 
     nnodes: int = 1
     n_gpus_per_node: int = 1
+    gpu_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if self.nnodes < 1 or self.n_gpus_per_node < 1:
@@ -29,6 +35,16 @@ class ResourcePoolConfig:
                 f"rollout_pool.nnodes={self.nnodes} and rollout_pool.n_gpus_per_node={self.n_gpus_per_node} "
                 "must both be >= 1"
             )
+        # Ray keeps resources to 4 decimals: a finer fraction would not add up to the bundle with the trainer's.
+        if not 0 <= self.gpu_fraction < 1 or round(self.gpu_fraction, 4) != self.gpu_fraction:
+            raise ConfigError(
+                f"rollout_pool.gpu_fraction={self.gpu_fraction} must be 0 (servers on devices of their own) or in "
+                "(0, 1) with at most 4 decimals (the servers' share of each trainer device), e.g. 0.5"
+            )
+
+    @property
+    def shares_trainer_devices(self) -> bool:
+        return self.gpu_fraction > 0
 
     @property
     def world_size(self) -> int:
@@ -67,7 +83,8 @@ def cluster_processes(config: "PPOConfig") -> tuple[int, int]:
     without server.address: one process per TP devices of rollout_pool) and roles on pools of their own."""
     processes = gpus = config.trainer.world_size
     rollout = config.actor_rollout_ref.rollout
-    if rollout.mode == "server" and not rollout.server.address:
+    # Servers sharing the trainer's devices take fractions of its bundles: no slots of their own.
+    if rollout.mode == "server" and not rollout.server.address and not config.rollout_pool.shares_trainer_devices:
         processes += config.rollout_pool.world_size // rollout.tensor_model_parallel_size
         gpus += config.rollout_pool.world_size
     for pool in (config.critic_pool, config.reward_model_pool):
@@ -80,7 +97,10 @@ def cluster_summary(config: "PPOConfig") -> str:
     """Who takes the cluster's slots, for error messages."""
     rollout = config.actor_rollout_ref.rollout
     parts = [f"trainer.nnodes x trainer.n_gpus_per_node = {config.trainer.world_size} trainer workers"]
-    if rollout.mode == "server" and not rollout.server.address:
+    if rollout.mode == "server" and not rollout.server.address and config.rollout_pool.shares_trainer_devices:
+        parts.append(f"{config.trainer.world_size} vLLM server(s) sharing the trainer's devices "
+                     f"(rollout_pool.gpu_fraction={config.rollout_pool.gpu_fraction:g})")
+    elif rollout.mode == "server" and not rollout.server.address:
         parts.append(f"{config.rollout_pool.world_size // rollout.tensor_model_parallel_size} vLLM server(s) on "
                      f"rollout_pool ({config.rollout_pool.world_size} devices)")
     for name in ("critic_pool", "reward_model_pool"):
@@ -88,3 +108,35 @@ def cluster_summary(config: "PPOConfig") -> str:
         if size:
             parts.append(f"{size} on {name}")
     return " + ".join(parts)
+
+
+def check_server_placement(config: "PPOConfig") -> None:
+    """rollout_pool.gpu_fraction > 0 (servers on the trainer's devices) must fit the rest of the placement."""
+    pool, trainer, rollout = config.rollout_pool, config.trainer, config.actor_rollout_ref.rollout
+    if not pool.shares_trainer_devices:
+        return
+    key = f"rollout_pool.gpu_fraction={pool.gpu_fraction:g}"
+    if rollout.mode != "server":
+        raise ConfigError(f"{key} places vLLM servers, which only actor_rollout_ref.rollout.mode=server starts; set "
+                          "rollout_pool.gpu_fraction=0 (the colocated engine already shares the trainer's devices)")
+    if rollout.server.address:
+        raise ConfigError(f"{key} places the servers the trainer starts, but rollout.server.address names servers "
+                          "you started; set one of them")
+    if rollout.tensor_model_parallel_size != 1:
+        raise ConfigError(
+            f"{key} puts one server on each trainer device, so actor_rollout_ref.rollout.tensor_model_parallel_size"
+            f"={rollout.tensor_model_parallel_size} must be 1; set rollout_pool.gpu_fraction=0 to give TP servers "
+            "devices of their own"
+        )
+    if (pool.nnodes, pool.n_gpus_per_node) != (trainer.nnodes, trainer.n_gpus_per_node):
+        raise ConfigError(
+            f"{key} puts one server on each trainer device, but rollout_pool.nnodes={pool.nnodes} x "
+            f"n_gpus_per_node={pool.n_gpus_per_node} differs from trainer.nnodes={trainer.nnodes} x "
+            f"n_gpus_per_node={trainer.n_gpus_per_node}; set rollout_pool's to the trainer's"
+        )
+    if rollout.gpu_memory_utilization > pool.gpu_fraction:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization:g} exceeds {key}: "
+            f"the server would take device memory the trainer's share (1 - gpu_fraction) needs; set "
+            f"gpu_memory_utilization <= {pool.gpu_fraction:g} or raise gpu_fraction"
+        )

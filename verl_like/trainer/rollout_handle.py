@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool
 from verl_like.single_controller.worker_group import RoleHandle
+from verl_like.trainer.server_placement import server_placement
 
 if TYPE_CHECKING:  # server mode's HTTP client (httpx) is imported only when a run uses servers
     from verl_like.rollout.server_client import ServerClient
@@ -107,13 +108,14 @@ class ServerModeRollout:
 
 def start_servers(
     config: Any, model_path: str, server_args: list[str], device: str, cpus_per_process: float,
-    ready_timeout_s: float, log_dir: str | None = None,
+    ready_timeout_s: float, log_dir: str | None = None, trainer_pool: ResourcePool | None = None,
 ) -> tuple[list[ServerClient], list[Any], ResourcePool | None]:
     """Clients of the servers `config` (the PPOConfig) names, or of servers started now on `rollout_pool`.
 
     Started servers run under `RolloutServerWorker` actors, one per `tensor_model_parallel_size` devices; all are
     launched at once, then each must answer /health within server.start_timeout_s (an error names it and shows
-    its log's tail).
+    its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles, one each, instead
+    of a pool of their own (trainer/server_placement.py); the pool returned is then None (the trainer's owns it).
     """
     from verl_like.rollout.server_client import ServerClient, ServerError
     from verl_like.workers.rollout_server import RolloutServerWorker
@@ -127,19 +129,23 @@ def start_servers(
             client.wait_healthy(min(server.start_timeout_s, 60.0))
         return clients, [], None
     tp = rollout.tensor_model_parallel_size
-    pool_config = config.rollout_pool
-    per_node = pool_config.n_gpus_per_node // tp
-    pool = ResourcePool.create(
-        [per_node] * pool_config.nnodes, device=device, cpus_per_process=cpus_per_process, name="rollout_pool",
-        ready_timeout_s=ready_timeout_s, gpus_per_process=tp,
-    )
-    host = "127.0.0.1" if pool_config.nnodes == 1 else "0.0.0.0"
+    placement = server_placement(config, device, cpus_per_process)
+    if placement.shared:
+        if trainer_pool is None:
+            raise ValueError("rollout_pool.gpu_fraction > 0 puts the servers on the trainer's pool: pass trainer_pool")
+        pool, owned = trainer_pool, None
+    else:
+        pool = ResourcePool.create(
+            [placement.servers_per_node] * placement.nnodes, device=device, cpus_per_process=cpus_per_process,
+            name="rollout_pool", ready_timeout_s=ready_timeout_s, gpus_per_process=tp,
+        )
+        owned = pool
+    host = "127.0.0.1" if placement.nnodes == 1 else "0.0.0.0"
     remote = ray.remote(RolloutServerWorker)
     supervisors = []
     for index, slot in enumerate(pool.slots):
         options = {
-            "num_cpus": cpus_per_process,
-            "num_gpus": tp if device == "cuda" else 0,
+            **placement.actor_resources(),
             "max_restarts": 0,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(slot.placement_group, slot.bundle_index),
             "name": f"verl_like_rollout_server_{index}_{id(pool)}",
@@ -160,9 +166,10 @@ def start_servers(
                 tail = ray.get(supervisor.log_tail.remote(), timeout=30)
                 raise ServerError(f"{err}; its log ends:\n{tail}") from err
         logger.info("%d vLLM server(s) ready in %.0f s: %s", len(clients), time.monotonic() - start, addresses)
-        return clients, supervisors, pool
+        return clients, supervisors, owned
     except BaseException:
         for supervisor in supervisors:
             ray.kill(supervisor, no_restart=True)
-        pool.remove()
+        if owned is not None:
+            owned.remove()
         raise

@@ -13,6 +13,7 @@ from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.rollout_handle import ColocatedRollout, ServerModeRollout, start_servers
+from verl_like.trainer.server_placement import server_placement
 from verl_like.utils.device import resolve_device
 from verl_like.utils.flops import TransformerShape
 
@@ -96,8 +97,12 @@ class TrainerComponents:
 
 
 def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
-                    pending: Any) -> ServerModeRollout:
-    """Starts (or reaches) the vLLM servers, links the actor group to them and sends the weights once."""
+                    pending: Any, trainer_pool: ResourcePool) -> ServerModeRollout:
+    """Starts (or reaches) the vLLM servers, links the actor group to them and sends the weights once.
+
+    Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built:
+    vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
+    moment would distort."""
     from verl_like.engine.model_loading import load_hf_config, resolved_overrides
     from verl_like.rollout.servers import ServerRollout
     from verl_like.serve import vllm_server_args
@@ -109,9 +114,12 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
                                    override_config=dict(model.override_config))
         overrides = resolved_overrides(hf_config, dict(model.override_config))
     args = vllm_server_args(rollout, overrides, model.trust_remote_code)
+    if config.rollout_pool.shares_trainer_devices and not rollout.server.address:
+        pending.result()
     clients, supervisors, pool = start_servers(
         config, model_path, args, resolve_device(trainer.device), trainer.cpus_per_worker,
         trainer.timeouts.worker_start_timeout_s, log_dir=str(Path(trainer.default_local_dir) / "server_logs"),
+        trainer_pool=trainer_pool,
     )
     servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests)
     handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool)
@@ -231,12 +239,14 @@ def build_components(
 
         roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
     # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
+    placement = server_placement(config, resolve_device(trainer.device), trainer.cpus_per_worker)
     group = WorkerGroup(
         pool,
         roles,
         name="hybrid",
         default_timeout_s=trainer.timeouts.call_timeouts(),
         init_timeout_s=trainer.timeouts.worker_start_timeout_s,
+        resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
     )
     groups, pools = [group], [pool]
     actor_rollout = group.role("actor_rollout")
@@ -259,7 +269,7 @@ def build_components(
         critic, reward_model = handles.get("critic"), handles.get("reward_model")
         teacher = group.role("teacher") if config.distillation.enable else None
         if config.actor_rollout_ref.rollout.mode == "server":
-            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending)
+            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool)
         else:
             pending.result()
             rollout = ColocatedRollout(actor_rollout)

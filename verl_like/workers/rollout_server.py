@@ -98,4 +98,6 @@ class RolloutServerWorker:
             pass
 
     def __del__(self) -> None:
-        self.stop(timeout_s=5.0)
+        # `ray.remote(RolloutServerWorker)` builds a class object whose collection runs this too, without __init__.
+        if getattr(self, "process", None) is not None:
+            self.stop(timeout_s=5.0)

@@ -60,6 +60,12 @@ def gap(handle: ServerModeRollout, group, prompts: DataProto, seed: int) -> floa
     return float(diff.max())
 
 
+def weight_sums(handle: ServerModeRollout) -> dict[str, float]:
+    """The server's parameter fingerprint, through /collective_rpc into our worker extension (one worker)."""
+    answer = handle.servers.clients[0].request("POST", "/collective_rpc", json={"method": "verl_like_weight_sums"})
+    return answer["results"][0]
+
+
 def update(group, handle: ServerModeRollout, prompts: DataProto) -> None:
     """One PPO update that pushes each prompt's first sample up and its second down."""
     batch = handle.generate(DataProto(prompts.batch, prompts.non_tensor_batch, {"seed": 11}))
@@ -79,9 +85,12 @@ def test_server_log_probs_equal_the_actor_after_each_update_and_differ_before(li
     for round_ in range(2):
         update(group, handle, prompts)
         assert gap(handle, group, prompts, seed=2 + round_) > 1e-3  # the server still has the old policy
+        before = weight_sums(handle)
         metrics = handle.sync_weights()
         assert metrics[0]["weight_sync/buckets"] >= 1 and metrics[1]["weight_sync/sent_bytes"] == 0  # rank 0 sends
         assert gap(handle, group, prompts, seed=5 + round_) <= 1e-5
+        after = weight_sums(handle)
+        assert after["numel"] == before["numel"] > 0 and after["sum_squares"] != before["sum_squares"]
     info = ServerClient(handle.servers.clients[0].address, "probe").request("GET", "/weight_info")
     assert info["weight_version"] == "2"  # the actor's optimizer step rides on every update
 

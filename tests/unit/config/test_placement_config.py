@@ -10,6 +10,8 @@ from verl_like.config.errors import ConfigError
 from verl_like.config.loader import load_config
 
 SERVER = "actor_rollout_ref.rollout.mode=server"
+# One device shared by the trainer's worker and one server (the gpu_memory_utilization default 0.5 fits 0.5).
+SHARED = ["trainer.n_gpus_per_node=1", "rollout_pool.gpu_fraction=0.5"]
 
 
 @pytest.mark.parametrize("value, mode", [("colocate", "colocate"), ("server", "server"), ("sync", "colocate"),
@@ -31,6 +33,16 @@ def test_rollout_mode_accepts_ours_and_verls_names(value, mode):
     ([SERVER, "async_training.enable=true", "async_training.partial_rollout=true"],
      r"partial_rollout=true needs async_training.staleness >= 1"),
     ([SERVER, "async_training.enable=true", "algorithm.filter_groups.enable=true"], r"turn one of them off"),
+    (["rollout_pool.gpu_fraction=1.0"], r"rollout_pool.gpu_fraction=1.0 must be 0 .* or in \(0, 1\)"),
+    (["rollout_pool.gpu_fraction=0.12345"], r"at most 4 decimals"),
+    (["rollout_pool.gpu_fraction=0.5"], r"only actor_rollout_ref.rollout.mode=server starts"),
+    ([SERVER, *SHARED, "actor_rollout_ref.rollout.server.address=[http://a:1]"], r"set one of them"),
+    ([SERVER, *SHARED, "actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
+     r"tensor_model_parallel_size=2 must be 1"),
+    ([SERVER, "rollout_pool.gpu_fraction=0.5", "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"],
+     r"rollout_pool.nnodes=1 x n_gpus_per_node=1 differs from trainer.nnodes=1 x n_gpus_per_node=2"),
+    ([SERVER, *SHARED, "actor_rollout_ref.rollout.gpu_memory_utilization=0.6"],
+     r"gpu_memory_utilization=0.6 exceeds rollout_pool.gpu_fraction=0.5.*set gpu_memory_utilization <= 0.5"),
 ])
 def test_bad_placement_and_async_settings_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -60,3 +72,9 @@ def test_a_critic_on_its_own_pool_splits_its_mini_batches_by_that_pool():
     assert config.derived.ppo_mini_batch_size_per_rank * 2 == config.derived.ppo_mini_batch_size_samples
     with pytest.raises(ConfigError, match=r"both be >= 1 \(a pool of its own\) or both 0"):
         load_config(["critic_pool.nnodes=1"])
+
+
+def test_servers_sharing_the_trainer_devices_are_one_per_device_and_take_no_slot():
+    config = load_config([SERVER, *SHARED, "trainer.ray_init.num_cpus=1"])  # 1 CPU: the server needs no slot
+    assert config.derived.rollout_dp_size == 1
+    assert config.rollout_pool.shares_trainer_devices

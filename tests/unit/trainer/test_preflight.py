@@ -51,6 +51,15 @@ def test_started_servers_and_role_pools_count_with_the_trainer(tmp_path, monkeyp
     preflight.check_devices(external, cuda_devices=0)  # servers the user started take no slot here
 
 
+def test_a_server_next_to_the_trainer_on_one_gpu_asks_one_gpu_and_the_error_says_how(tmp_path):
+    own = _config(tmp_path, "trainer.device=cuda", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.mode=server")
+    with pytest.raises(PreflightError, match=r"ask 2 GPUs but the local cluster has 1.*rollout_pool.gpu_fraction=0.5"):
+        preflight.check_devices(own, cuda_devices=1)
+    shared = _config(tmp_path, "trainer.device=cuda", "trainer.n_gpus_per_node=1",
+                     "actor_rollout_ref.rollout.mode=server", "rollout_pool.gpu_fraction=0.5")
+    preflight.check_devices(shared, cuda_devices=1)
+
+
 def test_workers_beyond_the_counted_cpus_name_cpus_per_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight.os, "cpu_count", lambda: 2)
     config = _config(tmp_path, "trainer.ray_init.num_cpus=null", "trainer.cpus_per_worker=2")
