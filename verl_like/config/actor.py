@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 # The package import registers every built-in loss and KL estimator before the names are checked.
 from verl_like.algorithms import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, PolicyLossConfig
+from verl_like.config.megatron import MegatronConfig, canonical_strategy
 from verl_like.engine.config import LR_SCHEDULERS, EngineConfig
 
 # verl writes dtypes as "fp32" / "bf16"; the engine wants torch's names.
@@ -98,6 +99,8 @@ class FSDPConfig:
       (a 7B model on one GPU); slower than param_offload / optimizer_offload, which it makes unnecessary.
     reshard_after_forward: free gathered parameters after each layer's forward (less memory, more traffic).
     The role config that holds this node validates it (`validate`), so errors name the full key.
+    With strategy=megatron only the three dtypes apply; the offload and resharding keys are FSDP's and are refused
+    when set (`check_megatron_options`).
     """
 
     model_dtype: str = "float32"
@@ -121,10 +124,55 @@ class FSDPConfig:
 
 
 
+# FSDP-only settings and the value that means "off"; with strategy=megatron any other value is refused.
+_FSDP_ONLY_OPTIONS = {
+    "fsdp_config.param_offload": False,
+    "fsdp_config.optimizer_offload": False,
+    "fsdp_config.offload_policy": False,
+    "fsdp_config.reshard_after_forward": True,
+}
+
+
+def check_megatron_options(p: str, fsdp: FSDPConfig, use_remove_padding: bool) -> None:
+    """Refuses, naming `p`.<key>, a setting of a role trained with strategy=megatron that its engine would ignore.
+
+    Taken: fsdp_config's model_dtype / param_dtype / reduce_dtype (the engine's storage, compute and gradient
+    reduction dtypes). Refused: offloading and reshard_after_forward (FSDP's), and use_remove_padding (the megatron
+    engine runs padded micro-batches).
+    """
+    values = {
+        "fsdp_config.param_offload": fsdp.param_offload,
+        "fsdp_config.optimizer_offload": fsdp.optimizer_offload,
+        "fsdp_config.offload_policy": fsdp.offload_policy,
+        "fsdp_config.reshard_after_forward": fsdp.reshard_after_forward,
+    }
+    for key, off in _FSDP_ONLY_OPTIONS.items():
+        if values[key] != off:
+            raise ValueError(
+                f"{p}.{key}={str(values[key]).lower()} is an FSDP setting the megatron engine does not have "
+                f"({p}.strategy=megatron); set it to "
+                f"{str(off).lower()} or use strategy=fsdp2"
+            )
+    if use_remove_padding:
+        raise ValueError(
+            f"{p}.use_remove_padding=true is not supported with strategy=megatron (its engine runs padded "
+            f"micro-batches); set {p}.use_remove_padding=false (or actor_rollout_ref.model / critic.model's) or use "
+            "strategy=fsdp2"
+        )
+
+
+def resolve_strategy(node: Any, p: str) -> None:
+    """Canonicalises `node.strategy` in place (fsdp -> fsdp2) and checks `node.megatron` for the strategy."""
+    object.__setattr__(node, "strategy", canonical_strategy(f"{p}.strategy", node.strategy))
+    node.megatron.check(f"{p}.megatron")
+
+
 class PPOUpdateNode(Protocol):
     """The keys the actor and critic nodes share; the helpers below work on either."""
 
     PREFIX: ClassVar[str]
+    strategy: str
+    megatron: MegatronConfig
     ppo_mini_batch_size: int
     ppo_micro_batch_size_per_gpu: int | None
     use_dynamic_bsz: bool
@@ -140,8 +188,11 @@ class PPOUpdateNode(Protocol):
 def check_ppo_update_node(node: PPOUpdateNode) -> None:
     """Validation shared by the actor and critic nodes; errors name `node.PREFIX`.<key>."""
     p = node.PREFIX
+    resolve_strategy(node, p)
     node.optim.validate(f"{p}.optim")
     node.fsdp_config.validate(f"{p}.fsdp_config")
+    if node.strategy == "megatron":
+        check_megatron_options(p, node.fsdp_config, node.use_remove_padding)
     if node.ppo_mini_batch_size < 1:
         raise ValueError(f"{p}.ppo_mini_batch_size={node.ppo_mini_batch_size} must be >= 1 (samples per step)")
     micro = node.ppo_micro_batch_size_per_gpu
@@ -264,6 +315,9 @@ class ActorConfig:
     Model execution
       use_remove_padding: pack sequences (no padding tokens in the forward pass).
       gradient_checkpointing: recompute decoder-layer activations in backward.
+    Engine
+      strategy: "fsdp2" (default; verl's "fsdp" reads as fsdp2) or "megatron" (Megatron-core TP/PP/DP).
+      megatron: MegatronConfig, the parallel layout with strategy=megatron (ignored by fsdp2).
     """
 
     ppo_mini_batch_size: int = 256
@@ -289,6 +343,8 @@ class ActorConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_remove_padding: bool = False
     gradient_checkpointing: bool = False
+    strategy: str = "fsdp2"
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
     PREFIX: ClassVar[str] = "actor_rollout_ref.actor"
 

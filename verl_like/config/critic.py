@@ -17,6 +17,7 @@ from verl_like.config.actor import (
     check_ppo_update_node,
     mini_batch_size_per_rank,
 )
+from verl_like.config.megatron import MegatronConfig
 from verl_like.engine.config import EngineConfig
 
 
@@ -37,6 +38,8 @@ class CriticConfig:
     grad_clip: global gradient-norm clip, or null to only report the norm.
     optim: OptimConfig (default lr 1e-5); fsdp_config: FSDPConfig.
     use_remove_padding / gradient_checkpointing: as the actor's.
+    strategy / megatron: the training engine and its parallel layout, as the actor's (the critic's world is its
+      pool's: the actor's workers when colocated, critic_pool's otherwise).
     """
 
     ppo_mini_batch_size: int = 256
@@ -53,6 +56,8 @@ class CriticConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_remove_padding: bool = False
     gradient_checkpointing: bool = False
+    strategy: str = "fsdp2"
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
     PREFIX: ClassVar[str] = "critic"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from verl_like.config.actor import FSDPConfig
 from verl_like.config.errors import ConfigError
+from verl_like.config.megatron import canonical_strategy
 from verl_like.engine.config import EngineConfig
 from verl_like.rewards.error_policy import ERROR_POLICIES
 
@@ -85,6 +86,7 @@ class RewardModelConfig:
         scorers are not called, so the data need no ground truth; verl's naive manager does this).
       model: RewardModelModelConfig. micro_batch_size_per_gpu: samples per RM forward on one rank.
       use_dynamic_bsz / forward_max_token_len_per_gpu: micro-batches by token budget instead of row count.
+      strategy: "fsdp2" (verl's "fsdp" reads as fsdp2); reward models run on FSDP only, so megatron is refused.
     overlong_buffer: DAPO's overlong penalty (OverlongBufferConfig), applied after the combination.
     """
 
@@ -100,8 +102,19 @@ class RewardModelConfig:
     use_dynamic_bsz: bool = False
     forward_max_token_len_per_gpu: int = 32768
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    strategy: str = "fsdp2"
 
     def __post_init__(self) -> None:
+        try:
+            strategy = canonical_strategy("reward_model.strategy", self.strategy)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if strategy != "fsdp2":
+            raise ConfigError(
+                f"reward_model.strategy={self.strategy} is not supported: reward models run on FSDP (their forward "
+                "is inference-only, one FSDP2 engine per rank); set reward_model.strategy=fsdp2 or remove it"
+            )
+        object.__setattr__(self, "strategy", strategy)
         if self.reward_manager not in REWARD_MANAGERS:
             raise ConfigError(
                 f"reward_model.reward_manager={self.reward_manager!r} is not available; use one of {REWARD_MANAGERS} "

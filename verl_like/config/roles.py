@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,15 @@ class ActorRolloutRefConfig:
                 "actor_rollout_ref.hybrid_engine=false (rollout on its own workers) is not supported; "
                 "set actor_rollout_ref.hybrid_engine=true"
             )
+        actor, ref = self.actor, self.ref
+        if ref.strategy is not None and ref.strategy != actor.strategy:
+            raise ConfigError(
+                f"actor_rollout_ref.ref.strategy={ref.strategy} differs from actor_rollout_ref.actor.strategy="
+                f"{actor.strategy}; the reference follows the actor's engine: remove actor_rollout_ref.ref.strategy"
+            )
+        # The reference's unset engine keys take the actor's, once, here (the node stays frozen afterwards).
+        resolved = dataclasses.replace(ref, strategy=actor.strategy, megatron=ref.megatron or actor.megatron)
+        object.__setattr__(self, "ref", resolved)
 
 
 @dataclass(frozen=True)

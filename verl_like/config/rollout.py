@@ -238,16 +238,6 @@ class RolloutConfig:
         """update_weights_bucket_megabytes in bytes."""
         return self.update_weights_bucket_megabytes << 20
 
-    def rollout_dp_size(self, world_size: int) -> int:
-        """Rollout data-parallel size for a worker group of `world_size` ranks (world / TP)."""
-        tp = self.tensor_model_parallel_size
-        if world_size % tp:
-            raise ConfigError(
-                f"{_P}.tensor_model_parallel_size={tp} does not divide the {world_size} ranks of the actor-rollout "
-                "group; choose a TP size that divides trainer.nnodes * trainer.n_gpus_per_node"
-            )
-        return world_size // tp
-
     def sampling(self, validate: bool = False, greedy: bool = False) -> "SamplingConfig":
         """The SamplingConfig of a training rollout, a validation rollout (`val_kwargs`), or greedy decoding
         (one sample, argmax; e.g. ReMax's baseline). temperature 0 or do_sample False also mean greedy."""

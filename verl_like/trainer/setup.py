@@ -148,7 +148,7 @@ def build_components(
     from verl_like.rewards.manager import RewardManager
     from verl_like.workers.actor_rollout import ActorRolloutWorker
     from verl_like.workers.critic import CriticWorker
-    from verl_like.workers.custom_worker import adapt_worker_class
+    from verl_like.workers.custom_worker import accepts_keyword, adapt_worker_class
     from verl_like.workers.reward_model import RewardModelWorker, check_same_tokenizer
 
     derived = config.derived
@@ -191,9 +191,14 @@ def build_components(
         name="global_pool",
         ready_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
+    topology = derived.topology  # decided once here; each role registers its meshes from its part
+    actor_rollout_cls = adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker
+    # A user's worker with a constructor of its own that lists the framework's arguments may predate `topology`;
+    # it then computes the same layouts itself (config/topology.actor_group_topology).
+    actor_rollout_topology = {"topology": topology} if accepts_keyword(actor_rollout_cls, "topology") else {}
     roles = {
         "actor_rollout": RoleSpec(
-            adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker,  # issue 16
+            actor_rollout_cls,  # issue 16
             kwargs={
                 "model_path": model_path,
                 "actor": config.actor_rollout_ref.actor,
@@ -202,6 +207,7 @@ def build_components(
                 "total_training_steps": total_steps,
                 "seed": config.data.seed,
                 "model": model,
+                **actor_rollout_topology,
                 **(actor_rollout_kwargs or {}),
             },
         )
@@ -209,13 +215,15 @@ def build_components(
     critic_path = config.critic.model.path or model_path
     own: dict[str, tuple[RoleSpec, Any]] = {}  # roles on pools of their own (critic_pool, reward_model_pool)
     if derived.use_critic:
+        critic_cls = critic_worker or CriticWorker
         roles["critic"] = RoleSpec(
-            critic_worker or CriticWorker,
+            critic_cls,
             kwargs={
                 "config": config.critic,
                 "model_path": critic_path,
                 "rollout_n": config.actor_rollout_ref.rollout.n,
                 "total_training_steps": total_steps,
+                **({"topology": topology.critic} if accepts_keyword(critic_cls, "topology") else {}),
             },
         )
     if derived.use_reward_model:

@@ -23,7 +23,8 @@ from transformers import AutoTokenizer
 
 from verl_like.config.errors import ConfigError
 from verl_like.config.reward import RewardModelConfig
-from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.base import TrainEngine
+from verl_like.engine.factory import build_engine
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, Worker, register
@@ -83,13 +84,13 @@ class RewardModelWorker(Worker):
     def __init__(self, config: RewardModelConfig, seed: int = 0) -> None:
         self.config = config
         self.engine_config = config.to_engine_config(seed=seed)
-        self._engine: FSDPEngine | None = None
+        self._engine: TrainEngine | None = None
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Joins the group's process group and builds the FSDP sequence classifier (no optimizer)."""
         self.init_distributed()
-        self._engine = FSDPEngine(self.engine_config)
+        self._engine = build_engine(self.engine_config, self.config.strategy)  # reward_model.strategy: fsdp2 only
         self._engine.offload()  # a no-op unless fsdp_config.param_offload
         logger.info("reward model rank %d: built from %s", self.rank, self.engine_config.model_path)
 

@@ -48,12 +48,6 @@ def test_vllm_options_become_the_engine_arguments():
     assert RolloutConfig(update_weights_bucket_megabytes=3).bucket_bytes == 3 << 20
 
 
-def test_rollout_dp_size_needs_tp_to_divide_the_world():
-    assert RolloutConfig(tensor_model_parallel_size=2).rollout_dp_size(8) == 4
-    with pytest.raises(ConfigError, match="tensor_model_parallel_size=3 does not divide the 4 ranks"):
-        RolloutConfig(tensor_model_parallel_size=3).rollout_dp_size(4)
-
-
 @pytest.mark.parametrize(
     "overrides, key",
     [
