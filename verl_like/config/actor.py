@@ -8,14 +8,12 @@ rank is given `rollout_n` and computes them (`mini_batch_size_per_rank(dp_size, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-# The package import registers every built-in loss and KL estimator before the names are checked.
-from verl_like.algorithms import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, PolicyLossConfig
+from verl_like.config.loss_options import PolicyLossConfig
 from verl_like.config.megatron import MegatronConfig, canonical_strategy
-from verl_like.engine.config import LR_SCHEDULERS, EngineConfig
+from verl_like.config.names import KL_ESTIMATOR_NAMES, LOSS_AGG_MODES, LR_SCHEDULERS, POLICY_LOSS_NAMES
 
 # verl writes dtypes as "fp32" / "bf16"; the engine wants torch's names.
 _DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
@@ -225,55 +223,6 @@ def mini_batch_size_per_rank(node: PPOUpdateNode, dp_size: int, rollout_n: int) 
     return samples // dp_size
 
 
-def build_engine_config(
-    node: PPOUpdateNode,
-    model_kind: str,
-    model_path: str,
-    total_training_steps: int | None,
-    seed: int,
-    *,
-    override_config: Mapping[str, Any] | None = None,
-    trust_remote_code: bool = False,
-) -> EngineConfig:
-    """The EngineConfig of the actor or critic node; override_config / trust_remote_code come from the role's
-    `model` node (actor_rollout_ref.model or critic.model)."""
-    optim, fsdp = node.optim, node.fsdp_config
-    if optim.lr_scheduler_type == "cosine" and total_training_steps is None:
-        raise ValueError(
-            f"{node.PREFIX}.optim.lr_scheduler_type='cosine' needs the run's number of optimizer steps; pass "
-            "total_training_steps (the trainer computes it from the data size and epochs)"
-        )
-    return EngineConfig(
-        model_path=model_path,
-        model_kind=model_kind,
-        dtype=fsdp.model_dtype,
-        param_dtype=fsdp.param_dtype,
-        reduce_dtype=fsdp.reduce_dtype,
-        gradient_checkpointing=node.gradient_checkpointing,
-        override_config=override_config or {},
-        trust_remote_code=trust_remote_code,
-        lr=optim.lr,
-        weight_decay=optim.weight_decay,
-        betas=optim.betas,
-        eps=optim.eps,
-        lr_scheduler=optim.lr_scheduler_type,
-        warmup_steps=optim.warmup_steps(total_training_steps, f"{node.PREFIX}.optim"),
-        total_steps=total_training_steps,
-        min_lr_ratio=optim.min_lr_ratio,
-        grad_clip=node.grad_clip,
-        # With dynamic batching the engine ignores the row count; 1 is a valid placeholder.
-        micro_batch_size_per_rank=node.ppo_micro_batch_size_per_gpu or 1,
-        use_dynamic_bsz=node.use_dynamic_bsz,
-        max_tokens_per_rank=node.ppo_max_token_len_per_gpu if node.use_dynamic_bsz else None,
-        use_remove_padding=node.use_remove_padding,
-        param_offload=fsdp.param_offload,
-        optimizer_offload=fsdp.optimizer_offload,
-        offload_policy=fsdp.offload_policy,
-        reshard_after_forward=fsdp.reshard_after_forward,
-        seed=seed,
-    )
-
-
 @dataclass(frozen=True)
 class PolicyLossOptions:
     """`actor_rollout_ref.actor.policy_loss`: loss_mode names a registered policy loss (vanilla, gspo, gpg, ...)."""
@@ -281,10 +230,10 @@ class PolicyLossOptions:
     loss_mode: str = "vanilla"
 
     def __post_init__(self) -> None:
-        if self.loss_mode not in POLICY_LOSSES:
+        if self.loss_mode not in POLICY_LOSS_NAMES:
             raise ValueError(
                 f"actor_rollout_ref.actor.policy_loss.loss_mode={self.loss_mode!r} is not registered; "
-                f"choose one of {POLICY_LOSSES.names()}"
+                f"choose one of {POLICY_LOSS_NAMES.names()}"
             )
 
 
@@ -361,8 +310,8 @@ class ActorConfig:
                 )
             if not self.loss_scale_factor > 0:
                 raise ValueError(f"{p}.loss_scale_factor={self.loss_scale_factor} must be > 0")
-        if self.kl_loss_type not in KL_ESTIMATORS:
-            raise ValueError(f"{p}.kl_loss_type={self.kl_loss_type!r} must be one of {KL_ESTIMATORS.names()}")
+        if self.kl_loss_type not in KL_ESTIMATOR_NAMES:
+            raise ValueError(f"{p}.kl_loss_type={self.kl_loss_type!r} must be one of {KL_ESTIMATOR_NAMES.names()}")
         if not self.kl_loss_coef >= 0:
             raise ValueError(f"{p}.kl_loss_coef={self.kl_loss_coef} must be >= 0")
         if not self.clip_ratio >= 0:
@@ -378,19 +327,3 @@ class ActorConfig:
     def mini_batch_size_per_rank(self, dp_size: int, rollout_n: int) -> int:
         """Samples per rank of one mini-batch (ppo_mini_batch_size * rollout_n / dp_size); raises naming the key."""
         return mini_batch_size_per_rank(self, dp_size, rollout_n)
-
-    def to_engine_config(
-        self,
-        model_path: str,
-        *,
-        total_training_steps: int | None = None,
-        seed: int = 0,
-        override_config: Mapping[str, Any] | None = None,
-        trust_remote_code: bool = False,
-    ) -> EngineConfig:
-        """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio;
-        override_config / trust_remote_code: actor_rollout_ref.model's)."""
-        return build_engine_config(
-            self, "causal_lm", model_path, total_training_steps, seed,
-            override_config=override_config, trust_remote_code=trust_remote_code,
-        )

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from verl_like.config.actor import FSDPConfig
 from verl_like.config.errors import ConfigError
 from verl_like.config.megatron import canonical_strategy
-from verl_like.engine.config import EngineConfig
-from verl_like.rewards.error_policy import ERROR_POLICIES
+from verl_like.config.names import ERROR_POLICIES
 
 # "naive": each response's score sits on its last valid token (verl_like/rewards/manager.py).
 REWARD_MANAGERS = ("naive",)
@@ -146,29 +145,6 @@ class RewardModelConfig:
                 "reward_model.enable=true needs reward_model.model.path (a local reward-model directory); "
                 "set it or set reward_model.enable=false"
             )
-
-    def to_engine_config(self, seed: int = 0) -> EngineConfig:
-        """The inference-only sequence-classifier EngineConfig of the reward model (needs model.path)."""
-        if not self.model.path:
-            raise ConfigError("reward_model.model.path is unset; set it to a local reward-model directory")
-        fsdp = self.model.fsdp_config
-        return EngineConfig(
-            model_path=self.model.path,
-            model_kind="sequence_classifier",
-            dtype=fsdp.model_dtype,
-            param_dtype=fsdp.param_dtype,
-            reduce_dtype=fsdp.reduce_dtype,
-            micro_batch_size_per_rank=self.micro_batch_size_per_gpu,
-            use_dynamic_bsz=self.use_dynamic_bsz,
-            max_tokens_per_rank=self.forward_max_token_len_per_gpu if self.use_dynamic_bsz else None,
-            use_remove_padding=self.model.use_remove_padding,
-            trust_remote_code=self.model.trust_remote_code,
-            param_offload=fsdp.param_offload,
-            offload_policy=fsdp.offload_policy,
-            reshard_after_forward=fsdp.reshard_after_forward,
-            inference_only=True,
-            seed=seed,
-        )
 
 
 @dataclass(frozen=True)

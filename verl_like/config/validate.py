@@ -7,7 +7,6 @@ and the fix; combinations that work but are probably unintended are returned (an
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
 from verl_like.config.pools import cluster_processes, cluster_summary
+from verl_like.config.tokenizer_check import check_same_tokenizer
 from verl_like.config.online_dpo import check_online_dpo
 from verl_like.config.model import ModelConfig, is_builtin_model, max_position_embeddings, tiny_model_spec
 from verl_like.config.ppo import PPOConfig
@@ -45,7 +45,6 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
     if check_paths:
         _check_paths(config)
-        _check_megatron_installed(config)
     _check_model_overrides(config, check_paths)
     _check_megatron_model_split(config, check_paths)
     _check_model_context(config, check_paths)
@@ -170,33 +169,6 @@ def _check_cluster(config: PPOConfig) -> None:
         )
 
 
-def _megatron_roles(config: PPOConfig) -> list[str]:
-    """The `<role>.strategy` keys set to megatron among the roles that run."""
-    topology, arr = config.derived.topology, config.actor_rollout_ref
-    keys = []
-    if arr.actor.strategy == "megatron":
-        keys.append("actor_rollout_ref.actor.strategy")
-    if topology.critic is not None and config.critic.strategy == "megatron":
-        keys.append("critic.strategy")
-    return keys
-
-
-def _check_megatron_installed(config: PPOConfig) -> None:
-    """strategy=megatron needs megatron-core importable here (the driver's environment is the workers')."""
-    keys = _megatron_roles(config)
-    if not keys:
-        return
-    try:
-        found = importlib.util.find_spec("megatron.core") is not None
-    except ModuleNotFoundError:
-        found = False
-    if not found:
-        raise ConfigError(
-            f"{', '.join(f'{key}=megatron' for key in keys)} needs megatron-core, which is not installed here; "
-            "install it (pip install megatron-core) or set the strategy to fsdp2"
-        )
-
-
 def _require_dir(key: str, path: str, what: str) -> None:
     if not Path(path).expanduser().is_dir():
         raise ConfigError(f"{key}={path!r}: no such directory; point it at {what}")
@@ -253,8 +225,6 @@ def _policy_tokenizer(config: PPOConfig) -> object:
 
 def _check_reward_model_tokenizer(config: PPOConfig) -> None:
     """The reward model scores the rollout's token ids, so it must have the policy's tokenizer."""
-    from verl_like.workers.reward_model import check_same_tokenizer
-
     rm_model = config.reward_model.model
     check_same_tokenizer(
         _policy_tokenizer(config), str(Path(str(rm_model.path)).expanduser()),
@@ -265,8 +235,6 @@ def _check_reward_model_tokenizer(config: PPOConfig) -> None:
 def _check_critic_tokenizer(config: PPOConfig) -> None:
     """The critic reads the actor's token ids, so critic.model.tokenizer_path (else a critic.model.path of its
     own) must hold the policy's tokenizer."""
-    from verl_like.workers.reward_model import check_same_tokenizer
-
     critic, actor = config.critic.model, config.actor_rollout_ref.model
     if critic.tokenizer_path:
         key, path = "critic.model.tokenizer_path", critic.tokenizer_path

@@ -2,7 +2,7 @@
 
 Workers call it and never branch on the strategy themselves:
 
-    engine = build_engine(actor.to_engine_config(path), actor.strategy, actor.megatron)
+    engine = build_engine(actor_engine_config(actor, path), actor.strategy, actor.megatron)
 """
 
 from __future__ import annotations

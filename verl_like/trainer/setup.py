@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator
 from verl_like.config.ppo import PPOConfig
 from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
+from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.rollout_handle import ColocatedRollout, ServerModeRollout, start_servers
 from verl_like.utils.device import resolve_device
@@ -149,7 +150,8 @@ def build_components(
     from verl_like.workers.actor_rollout import ActorRolloutWorker
     from verl_like.workers.critic import CriticWorker
     from verl_like.workers.custom_worker import accepts_keyword, adapt_worker_class
-    from verl_like.workers.reward_model import RewardModelWorker, check_same_tokenizer
+    from verl_like.config.tokenizer_check import check_same_tokenizer
+    from verl_like.workers.reward_model import RewardModelWorker
 
     derived = config.derived
     model_path = resolve_model_path(config)
@@ -243,7 +245,7 @@ def build_components(
         pool,
         roles,
         name="hybrid",
-        default_timeout_s=trainer.timeouts.call_timeouts(),
+        default_timeout_s=CallTimeouts.from_config(trainer.timeouts),
         init_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
     groups, pools = [group], [pool]

@@ -47,6 +47,7 @@ from verl_like.config.rollout import RolloutConfig
 from verl_like.config.topology import RoleTopology, Topology, actor_group_topology
 from verl_like.engine.base import TrainEngine
 from verl_like.engine.factory import build_engine
+from verl_like.engine.from_config import actor_engine_config
 from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
@@ -55,6 +56,7 @@ from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
+from verl_like.rollout.from_config import sampling_config, vllm_engine_options
 from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
@@ -110,8 +112,8 @@ class ActorRolloutWorker(Worker):
         self.override_config = dict(model.override_config) if model is not None else {}
         self.trust_remote_code = model.trust_remote_code if model is not None else False
         tokenizer_dir = model.tokenizer_path if model is not None and model.tokenizer_path else self.model_path
-        self.engine_config = actor.to_engine_config(
-            self.model_path, total_training_steps=total_training_steps, seed=seed,
+        self.engine_config = actor_engine_config(
+            actor, self.model_path, total_training_steps=total_training_steps, seed=seed,
             override_config=self.override_config, trust_remote_code=self.trust_remote_code,
         )
         self.topology = topology or actor_group_topology(self.world_size, actor, ref, rollout)
@@ -145,7 +147,7 @@ class ActorRolloutWorker(Worker):
         from verl_like.rollout.vllm import VLLMRolloutEngine
 
         hf_overrides = resolved_overrides(self.hf_config(), self.override_config) if self.override_config else {}
-        options = config.vllm_options(hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code)
+        options = vllm_engine_options(config, hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code)
         return VLLMRolloutEngine(self.model_path, options)
 
     def hf_config(self) -> Any:
@@ -238,8 +240,8 @@ class ActorRolloutWorker(Worker):
         metrics = {}
         if self._synced_step != actor.engine.global_step:
             metrics.update(self._sync_weights())
-        sampling = self.rollout_config.sampling(
-            validate=bool(prompts.meta_info.get("validate", False)),
+        sampling = sampling_config(
+            self.rollout_config, validate=bool(prompts.meta_info.get("validate", False)),
             greedy=prompts.meta_info.get("do_sample", True) is False,
         )
         if "seed" in prompts.meta_info and sampling.do_sample:

@@ -27,6 +27,7 @@ from verl_like.config.critic import CriticConfig
 from verl_like.config.topology import RoleTopology, role_topology
 from verl_like.engine.base import LossFn, TrainEngine
 from verl_like.engine.factory import build_engine
+from verl_like.engine.from_config import critic_engine_config
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, Worker, register
@@ -64,7 +65,9 @@ class CriticWorker(Worker):
         config.mini_batch_size_per_rank(1, rollout_n)  # rejects rollout_n < 1 at construction
         self.config = config
         self.rollout_n = rollout_n
-        self.engine_config = config.to_engine_config(model_path, total_training_steps=total_training_steps, seed=seed)
+        self.engine_config = critic_engine_config(
+            config, model_path, total_training_steps=total_training_steps, seed=seed
+        )
         self.topology = topology or role_topology(
             "critic", self.world_size, config.strategy, config.megatron, config.PREFIX
         )

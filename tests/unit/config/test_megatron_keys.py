@@ -3,8 +3,6 @@ the role's world or the model's shape, and the settings a megatron role refuses.
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from verl_like.config import ConfigError, load_config
@@ -114,13 +112,3 @@ def test_an_interleaved_pipeline_that_splits_the_layers_passes():
                    f"{A}.megatron.virtual_pipeline_model_parallel_size=2",
                    "+actor_rollout_ref.model.tiny_spec.num_hidden_layers=4")
     assert config.derived.topology.actor.pp_size == 2
-
-
-def test_megatron_core_must_import_before_anything_starts(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "megatron.core" else real(name, *a))
-    with pytest.raises(ConfigError, match=rf"{A}.strategy=megatron needs megatron-core"):
-        _load(*MEGATRON, check_paths=True)
-    _load(check_paths=True)  # fsdp2 needs no megatron-core
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "megatron.core" else real(name, *a))
-    assert _load(*MEGATRON, check_paths=True).actor_rollout_ref.actor.strategy == "megatron"
