@@ -1,20 +1,36 @@
 """EngineConfig of each trained or scored role, from its frozen config node (the workers call these).
 
+Each `fsdp_config` node maps to the engine's dtype and memory fields in one place (`_fsdp_fields`).
+
     engine = build_engine(actor_engine_config(actor, model_path, total_training_steps=steps), actor.strategy,
                           actor.megatron)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from verl_like.config.actor import ActorConfig, PPOUpdateNode
+from verl_like.config.actor import ActorConfig, FSDPConfig, PPOUpdateNode
 from verl_like.config.critic import CriticConfig
 from verl_like.config.errors import ConfigError
+from verl_like.config.model import RefConfig
 from verl_like.config.reward import RewardModelConfig
 from verl_like.config.roles import CriticRoleConfig
 from verl_like.engine.config import EngineConfig
+
+
+def _fsdp_fields(fsdp: FSDPConfig) -> dict[str, Any]:
+    """The EngineConfig fields an `fsdp_config` node sets (optimizer_offload apart: only trained roles have it)."""
+    return {
+        "dtype": fsdp.model_dtype,
+        "param_dtype": fsdp.param_dtype,
+        "reduce_dtype": fsdp.reduce_dtype,
+        "param_offload": fsdp.param_offload,
+        "offload_policy": fsdp.offload_policy,
+        "reshard_after_forward": fsdp.reshard_after_forward,
+    }
 
 
 def build_engine_config(
@@ -38,9 +54,6 @@ def build_engine_config(
     return EngineConfig(
         model_path=model_path,
         model_kind=model_kind,
-        dtype=fsdp.model_dtype,
-        param_dtype=fsdp.param_dtype,
-        reduce_dtype=fsdp.reduce_dtype,
         gradient_checkpointing=node.gradient_checkpointing,
         override_config=override_config or {},
         trust_remote_code=trust_remote_code,
@@ -58,11 +71,9 @@ def build_engine_config(
         use_dynamic_bsz=node.use_dynamic_bsz,
         max_tokens_per_rank=node.ppo_max_token_len_per_gpu if node.use_dynamic_bsz else None,
         use_remove_padding=node.use_remove_padding,
-        param_offload=fsdp.param_offload,
         optimizer_offload=fsdp.optimizer_offload,
-        offload_policy=fsdp.offload_policy,
-        reshard_after_forward=fsdp.reshard_after_forward,
         seed=seed,
+        **_fsdp_fields(fsdp),
     )
 
 
@@ -101,21 +112,33 @@ def reward_model_engine_config(reward_model: RewardModelConfig, seed: int = 0) -
     model = reward_model.model
     if not model.path:
         raise ConfigError("reward_model.model.path is unset; set it to a local reward-model directory")
-    fsdp = model.fsdp_config
     return EngineConfig(
         model_path=model.path,
         model_kind="sequence_classifier",
-        dtype=fsdp.model_dtype,
-        param_dtype=fsdp.param_dtype,
-        reduce_dtype=fsdp.reduce_dtype,
         micro_batch_size_per_rank=reward_model.micro_batch_size_per_gpu,
         use_dynamic_bsz=reward_model.use_dynamic_bsz,
         max_tokens_per_rank=reward_model.forward_max_token_len_per_gpu if reward_model.use_dynamic_bsz else None,
         use_remove_padding=model.use_remove_padding,
         trust_remote_code=model.trust_remote_code,
-        param_offload=fsdp.param_offload,
-        offload_policy=fsdp.offload_policy,
-        reshard_after_forward=fsdp.reshard_after_forward,
         inference_only=True,
         seed=seed,
+        **_fsdp_fields(model.fsdp_config),
+    )
+
+
+def reference_engine_config(actor_engine_config: EngineConfig, ref: RefConfig | None = None) -> EngineConfig:
+    """The actor's EngineConfig for a forward-only model (same weights, no optimizer).
+
+    Without `ref` it keeps the actor's dtypes and micro-batching; with the `actor_rollout_ref.ref` node, its
+    log_prob_* micro-batch keys and its fsdp_config (dtypes, param_offload, reshard_after_forward) apply.
+    """
+    config = dataclasses.replace(actor_engine_config, inference_only=True, optimizer_offload=False)
+    if ref is None:
+        return config
+    return dataclasses.replace(
+        config,
+        micro_batch_size_per_rank=ref.log_prob_micro_batch_size_per_gpu,
+        use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
+        max_tokens_per_rank=ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
+        **_fsdp_fields(ref.fsdp_config),
     )

@@ -47,7 +47,7 @@ from verl_like.config.rollout import RolloutConfig
 from verl_like.config.topology import RoleTopology, Topology, actor_group_topology
 from verl_like.engine.base import TrainEngine
 from verl_like.engine.factory import build_engine
-from verl_like.engine.from_config import actor_engine_config
+from verl_like.engine.from_config import actor_engine_config, reference_engine_config
 from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
@@ -60,7 +60,7 @@ from verl_like.rollout.from_config import sampling_config, vllm_engine_options
 from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
-from verl_like.workers.reference import ReferencePolicy, reference_engine_config
+from verl_like.workers.reference import ReferencePolicy
 
 logger = logging.getLogger(__name__)
 

@@ -24,13 +24,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from verl_like.config.actor import ActorConfig, FSDPConfig, OptimConfig, PolicyLossOptions
 from verl_like.config.model import RefConfig
 from verl_like.engine.fsdp import FSDPEngine
-from verl_like.engine.from_config import actor_engine_config
+from verl_like.engine.from_config import actor_engine_config, reference_engine_config
 from verl_like.models.tiny import build_tiny_model
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, Worker, WorkerGroup, register
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.ppo_update import epoch_order
-from verl_like.workers.reference import ReferencePolicy, reference_engine_config
+from verl_like.workers.reference import ReferencePolicy
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import test modules
 

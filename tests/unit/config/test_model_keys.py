@@ -90,7 +90,7 @@ def test_unknown_override_is_not_checked_without_path_checks(dirs):
 
 
 def test_valid_overrides_reach_the_actor_reference_and_critic_engine_configs(dirs):
-    from verl_like.workers.reference import reference_engine_config
+    from verl_like.engine.from_config import reference_engine_config
 
     config = load_config(SMOKE + GAE + [
         f"actor_rollout_ref.model.path={dirs['policy']}",
