@@ -60,6 +60,8 @@ class TrainerComponents:
     """Handles the loop uses; `shutdown()` releases the workers, pools and scoring processes.
 
     reward_model: the reward-model role (reward_model.enable), else None. tokenizer: the policy's.
+    world_size: the actor-rollout group's workers; actor_dp_size: the DP ranks its batches split over (world_size
+      with fsdp2, world_size / (TP * PP) with megatron).
     actor_shape / critic_shape: model sizes for the MFU estimate (None: not a decoder we can count, or no critic).
     """
 
@@ -72,6 +74,7 @@ class TrainerComponents:
     needs_reference: bool
     world_size: int
     total_training_steps: int
+    actor_dp_size: int | None = None  # None: world_size (components built by hand)
     reward_model: RoleHandle | None = None
     teacher: RoleHandle | None = None  # distillation.enable: the teacher's top-k log-probs (workers/teacher.py)
     tokenizer: Any = None
@@ -293,6 +296,7 @@ def build_components(
         val_loader=val_loader,
         needs_reference=derived.use_reference_policy,
         world_size=derived.world_size,
+        actor_dp_size=derived.actor_dp_size,
         total_training_steps=total_steps,
         reward_model=reward_model,
         teacher=teacher,
