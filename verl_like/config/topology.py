@@ -112,7 +112,7 @@ def rollout_topology(world_size: int, tp_size: int) -> RoleTopology:
 
 @dataclass(frozen=True)
 class Topology:
-    """Every role's layout for one job (`PPOConfig.topology`).
+    """Every role's layout for one job (`config.derived.topology`).
 
     actor / ref: the trainer group's policy and reference (ref None when no reference runs).
     critic: the value model's, over its pool (None when no critic runs).
