@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from verl_like.algorithms.masked import check_same_shape
+from verl_like.config.names import LOSS_AGG_MODES
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 GRAD_REDUCTIONS = ("mean", "sum")
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-DISTILLATION_LOSSES = ("forward_kl", "reverse_kl", "jsd")
+from verl_like.config.names import DISTILLATION_LOSSES
+
 
 
 def _renormalised(log_probs: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from verl_like.algorithms.masked import check_same_shape
+from verl_like.config.names import DPO_LOSS_TYPES, TIE_BREAKING
 
-DPO_LOSS_TYPES = ("sigmoid", "ipo")
-TIE_BREAKING = ("skip", "random")
 
 
 def sequence_log_probs(log_probs: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

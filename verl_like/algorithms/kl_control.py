@@ -9,8 +9,8 @@ import torch
 
 from verl_like.algorithms.kl import kl_estimate
 from verl_like.algorithms.masked import check_same_shape, compute_dtype
+from verl_like.config.names import KL_CTRL_TYPES
 
-KL_CTRL_TYPES = ("fixed", "adaptive")
 
 
 class KLController(Protocol):

@@ -15,6 +15,7 @@ import torch
 from verl_like.algorithms.aggregation import LossNormalizer, aggregate_loss
 from verl_like.algorithms.masked import check_same_shape, compute_dtype, masked_max, masked_mean, masked_min
 from verl_like.algorithms.registry import get_policy_loss, register_policy_loss
+from verl_like.config.loss_options import PolicyLossConfig
 
 # Log-ratios are clamped to +-LOG_RATIO_CLAMP before exp(): exp(20) ~ 5e8 stays finite in fp32 and bf16.
 LOG_RATIO_CLAMP = 20.0
@@ -25,28 +26,6 @@ class LossOutput(NamedTuple):
 
     loss: torch.Tensor
     metrics: dict[str, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class PolicyLossConfig:
-    """Clipping of the policy losses (config node ``actor``).
-
-    clip_ratio_low / clip_ratio_high: ratio is clipped to [1 - low, 1 + high] (``actor.clip_ratio_low``,
-        ``actor.clip_ratio_high``; DAPO's clip-higher sets high > low; GSPO wants ~3e-4 / 4e-4).
-    clip_ratio_c: dual-clip bound for negative advantages, > 1, or None to disable (``actor.clip_ratio_c``).
-    """
-
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float | None = 3.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.clip_ratio_low < 1.0:
-            raise ValueError(f"actor.clip_ratio_low={self.clip_ratio_low} must lie in [0, 1)")
-        if not self.clip_ratio_high >= 0.0:
-            raise ValueError(f"actor.clip_ratio_high={self.clip_ratio_high} must be >= 0")
-        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1.0:
-            raise ValueError(f"actor.clip_ratio_c={self.clip_ratio_c} must be > 1 (or null to disable dual-clip)")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,20 @@
 """Name -> function registries behind every config choice in verl_like.algorithms.
 
 Each registry knows the config key that selects from it, so an unknown name fails with the key, the bad value and
-the valid names. Users extend a registry with its decorator, e.g. ``@register_advantage_estimator("my_adv")``.
+the valid names. Users extend a registry with its decorator, e.g. ``@register_advantage_estimator("my_adv")``; the
+name also goes into the torch-free NameSet the config validates against (verl_like/config/names.py).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Generic, TypeVar
+
+from verl_like.config.names import (
+    ADVANTAGE_ESTIMATOR_NAMES,
+    KL_ESTIMATOR_NAMES,
+    POLICY_LOSS_NAMES,
+    NameSet,
+)
 
 F = TypeVar("F", bound=Callable)
 
@@ -14,9 +22,10 @@ F = TypeVar("F", bound=Callable)
 class Registry(Generic[F]):
     """A named set of functions selected by one config key."""
 
-    def __init__(self, kind: str, config_key: str) -> None:
+    def __init__(self, kind: str, config_key: str, accepted: NameSet | None = None) -> None:
         self.kind = kind
         self.config_key = config_key
+        self.accepted = accepted  # the config's names for this key; every registered name joins it
         self._entries: dict[str, F] = {}
 
     def register(self, name: str, *aliases: str) -> Callable[[F], F]:
@@ -33,6 +42,8 @@ class Registry(Generic[F]):
                     )
             for key in (name, *aliases):
                 self._entries[key] = fn
+                if self.accepted is not None:
+                    self.accepted.add(key)
             return fn
 
         return decorator
@@ -54,9 +65,9 @@ class Registry(Generic[F]):
         return name in self._entries
 
 
-ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator", "algorithm.adv_estimator")
-POLICY_LOSSES: Registry = Registry("policy loss", "actor.policy_loss.loss_mode")
-KL_ESTIMATORS: Registry = Registry("KL estimator", "algorithm.kl_penalty / actor.kl_loss_type")
+ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator", "algorithm.adv_estimator", ADVANTAGE_ESTIMATOR_NAMES)
+POLICY_LOSSES: Registry = Registry("policy loss", "actor.policy_loss.loss_mode", POLICY_LOSS_NAMES)
+KL_ESTIMATORS: Registry = Registry("KL estimator", "algorithm.kl_penalty / actor.kl_loss_type", KL_ESTIMATOR_NAMES)
 
 
 def register_advantage_estimator(name: str, *aliases: str) -> Callable[[F], F]:

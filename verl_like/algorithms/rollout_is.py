@@ -8,54 +8,13 @@ multiplies its per-token loss by these weights (``rollout_is_weights=``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from verl_like.algorithms.masked import check_same_shape, compute_dtype, masked_max, masked_mean, masked_min
+from verl_like.config.loss_options import RolloutISConfig
 
-ROLLOUT_IS_LEVELS = ("token", "sequence", "geometric")
-ROLLOUT_IS_MODES = ("truncate", "mask")
 # exp() of a log-weight is only taken after clamping into [log lower, log upper], so no inf can appear.
-
-
-@dataclass(frozen=True)
-class RolloutISConfig:
-    """Rollout-vs-old importance sampling (config node ``algorithm``; enabled by ``algorithm.rollout_is``).
-
-    level: ``algorithm.rollout_is_level``: "token" (per-token ratio), "sequence" (product over the response),
-        "geometric" (geometric mean over the response's tokens).
-    mode: ``algorithm.rollout_is_mode``: "truncate" (w = min(w, threshold)) or "mask" (w = 0 outside
-        [threshold_lower, threshold]).
-    threshold: ``algorithm.rollout_is_threshold``, upper bound, > 1.
-    threshold_lower: ``algorithm.rollout_is_threshold_lower``, mask mode only, in (0, 1); default 1/threshold.
-    """
-
-    level: str = "token"
-    mode: str = "truncate"
-    threshold: float = 2.0
-    threshold_lower: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.level not in ROLLOUT_IS_LEVELS:
-            raise ValueError(f"algorithm.rollout_is_level={self.level!r} must be one of {ROLLOUT_IS_LEVELS}")
-        if self.mode not in ROLLOUT_IS_MODES:
-            raise ValueError(f"algorithm.rollout_is_mode={self.mode!r} must be one of {ROLLOUT_IS_MODES}")
-        if not self.threshold > 1.0:
-            raise ValueError(f"algorithm.rollout_is_threshold={self.threshold} must be > 1")
-        if self.threshold_lower is not None:
-            if self.mode != "mask":
-                raise ValueError(
-                    "algorithm.rollout_is_threshold_lower is only used with algorithm.rollout_is_mode='mask'; "
-                    "unset it for 'truncate'"
-                )
-            if not 0.0 < self.threshold_lower < 1.0:
-                raise ValueError(f"algorithm.rollout_is_threshold_lower={self.threshold_lower} must lie in (0, 1)")
-
-    @property
-    def lower(self) -> float:
-        """The lower bound mask mode uses."""
-        return self.threshold_lower if self.threshold_lower is not None else 1.0 / self.threshold
 
 
 def compute_rollout_is_weights(

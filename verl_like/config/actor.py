@@ -8,13 +8,12 @@ rank is given `rollout_n` and computes them (`mini_batch_size_per_rank(dp_size, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-# The package import registers every built-in loss and KL estimator before the names are checked.
-from verl_like.algorithms import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, PolicyLossConfig
-from verl_like.engine.config import LR_SCHEDULERS, EngineConfig
+from verl_like.config.loss_options import PolicyLossConfig
+from verl_like.config.megatron import MegatronConfig, canonical_strategy
+from verl_like.config.names import KL_ESTIMATOR_NAMES, LOSS_AGG_MODES, LR_SCHEDULERS, POLICY_LOSS_NAMES
 
 # verl writes dtypes as "fp32" / "bf16"; the engine wants torch's names.
 _DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
@@ -98,6 +97,8 @@ class FSDPConfig:
       (a 7B model on one GPU); slower than param_offload / optimizer_offload, which it makes unnecessary.
     reshard_after_forward: free gathered parameters after each layer's forward (less memory, more traffic).
     The role config that holds this node validates it (`validate`), so errors name the full key.
+    With strategy=megatron only the three dtypes apply; the offload and resharding keys are FSDP's and are refused
+    when set (`check_megatron_options`).
     """
 
     model_dtype: str = "float32"
@@ -121,10 +122,55 @@ class FSDPConfig:
 
 
 
+# FSDP-only settings and the value that means "off"; with strategy=megatron any other value is refused.
+_FSDP_ONLY_OPTIONS = {
+    "fsdp_config.param_offload": False,
+    "fsdp_config.optimizer_offload": False,
+    "fsdp_config.offload_policy": False,
+    "fsdp_config.reshard_after_forward": True,
+}
+
+
+def check_megatron_options(p: str, fsdp: FSDPConfig, use_remove_padding: bool) -> None:
+    """Refuses, naming `p`.<key>, a setting of a role trained with strategy=megatron that its engine would ignore.
+
+    Taken: fsdp_config's model_dtype / param_dtype / reduce_dtype (the engine's storage, compute and gradient
+    reduction dtypes). Refused: offloading and reshard_after_forward (FSDP's), and use_remove_padding (the megatron
+    engine runs padded micro-batches).
+    """
+    values = {
+        "fsdp_config.param_offload": fsdp.param_offload,
+        "fsdp_config.optimizer_offload": fsdp.optimizer_offload,
+        "fsdp_config.offload_policy": fsdp.offload_policy,
+        "fsdp_config.reshard_after_forward": fsdp.reshard_after_forward,
+    }
+    for key, off in _FSDP_ONLY_OPTIONS.items():
+        if values[key] != off:
+            raise ValueError(
+                f"{p}.{key}={str(values[key]).lower()} is an FSDP setting the megatron engine does not have "
+                f"({p}.strategy=megatron); set it to "
+                f"{str(off).lower()} or use strategy=fsdp2"
+            )
+    if use_remove_padding:
+        raise ValueError(
+            f"{p}.use_remove_padding=true is not supported with strategy=megatron (its engine runs padded "
+            f"micro-batches); set {p}.use_remove_padding=false (or actor_rollout_ref.model / critic.model's) or use "
+            "strategy=fsdp2"
+        )
+
+
+def resolve_strategy(node: Any, p: str) -> None:
+    """Canonicalises `node.strategy` in place (fsdp -> fsdp2) and checks `node.megatron` for the strategy."""
+    object.__setattr__(node, "strategy", canonical_strategy(f"{p}.strategy", node.strategy))
+    node.megatron.check(f"{p}.megatron")
+
+
 class PPOUpdateNode(Protocol):
     """The keys the actor and critic nodes share; the helpers below work on either."""
 
     PREFIX: ClassVar[str]
+    strategy: str
+    megatron: MegatronConfig
     ppo_mini_batch_size: int
     ppo_micro_batch_size_per_gpu: int | None
     use_dynamic_bsz: bool
@@ -140,8 +186,11 @@ class PPOUpdateNode(Protocol):
 def check_ppo_update_node(node: PPOUpdateNode) -> None:
     """Validation shared by the actor and critic nodes; errors name `node.PREFIX`.<key>."""
     p = node.PREFIX
+    resolve_strategy(node, p)
     node.optim.validate(f"{p}.optim")
     node.fsdp_config.validate(f"{p}.fsdp_config")
+    if node.strategy == "megatron":
+        check_megatron_options(p, node.fsdp_config, node.use_remove_padding)
     if node.ppo_mini_batch_size < 1:
         raise ValueError(f"{p}.ppo_mini_batch_size={node.ppo_mini_batch_size} must be >= 1 (samples per step)")
     micro = node.ppo_micro_batch_size_per_gpu
@@ -174,55 +223,6 @@ def mini_batch_size_per_rank(node: PPOUpdateNode, dp_size: int, rollout_n: int) 
     return samples // dp_size
 
 
-def build_engine_config(
-    node: PPOUpdateNode,
-    model_kind: str,
-    model_path: str,
-    total_training_steps: int | None,
-    seed: int,
-    *,
-    override_config: Mapping[str, Any] | None = None,
-    trust_remote_code: bool = False,
-) -> EngineConfig:
-    """The EngineConfig of the actor or critic node; override_config / trust_remote_code come from the role's
-    `model` node (actor_rollout_ref.model or critic.model)."""
-    optim, fsdp = node.optim, node.fsdp_config
-    if optim.lr_scheduler_type == "cosine" and total_training_steps is None:
-        raise ValueError(
-            f"{node.PREFIX}.optim.lr_scheduler_type='cosine' needs the run's number of optimizer steps; pass "
-            "total_training_steps (the trainer computes it from the data size and epochs)"
-        )
-    return EngineConfig(
-        model_path=model_path,
-        model_kind=model_kind,
-        dtype=fsdp.model_dtype,
-        param_dtype=fsdp.param_dtype,
-        reduce_dtype=fsdp.reduce_dtype,
-        gradient_checkpointing=node.gradient_checkpointing,
-        override_config=override_config or {},
-        trust_remote_code=trust_remote_code,
-        lr=optim.lr,
-        weight_decay=optim.weight_decay,
-        betas=optim.betas,
-        eps=optim.eps,
-        lr_scheduler=optim.lr_scheduler_type,
-        warmup_steps=optim.warmup_steps(total_training_steps, f"{node.PREFIX}.optim"),
-        total_steps=total_training_steps,
-        min_lr_ratio=optim.min_lr_ratio,
-        grad_clip=node.grad_clip,
-        # With dynamic batching the engine ignores the row count; 1 is a valid placeholder.
-        micro_batch_size_per_rank=node.ppo_micro_batch_size_per_gpu or 1,
-        use_dynamic_bsz=node.use_dynamic_bsz,
-        max_tokens_per_rank=node.ppo_max_token_len_per_gpu if node.use_dynamic_bsz else None,
-        use_remove_padding=node.use_remove_padding,
-        param_offload=fsdp.param_offload,
-        optimizer_offload=fsdp.optimizer_offload,
-        offload_policy=fsdp.offload_policy,
-        reshard_after_forward=fsdp.reshard_after_forward,
-        seed=seed,
-    )
-
-
 @dataclass(frozen=True)
 class PolicyLossOptions:
     """`actor_rollout_ref.actor.policy_loss`: loss_mode names a registered policy loss (vanilla, gspo, gpg, ...)."""
@@ -230,10 +230,10 @@ class PolicyLossOptions:
     loss_mode: str = "vanilla"
 
     def __post_init__(self) -> None:
-        if self.loss_mode not in POLICY_LOSSES:
+        if self.loss_mode not in POLICY_LOSS_NAMES:
             raise ValueError(
                 f"actor_rollout_ref.actor.policy_loss.loss_mode={self.loss_mode!r} is not registered; "
-                f"choose one of {POLICY_LOSSES.names()}"
+                f"choose one of {POLICY_LOSS_NAMES.names()}"
             )
 
 
@@ -264,6 +264,9 @@ class ActorConfig:
     Model execution
       use_remove_padding: pack sequences (no padding tokens in the forward pass).
       gradient_checkpointing: recompute decoder-layer activations in backward.
+    Engine
+      strategy: "fsdp2" (default; verl's "fsdp" reads as fsdp2) or "megatron" (Megatron-core TP/PP/DP).
+      megatron: MegatronConfig, the parallel layout with strategy=megatron (ignored by fsdp2).
     """
 
     ppo_mini_batch_size: int = 256
@@ -289,6 +292,8 @@ class ActorConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_remove_padding: bool = False
     gradient_checkpointing: bool = False
+    strategy: str = "fsdp2"
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
     PREFIX: ClassVar[str] = "actor_rollout_ref.actor"
 
@@ -305,8 +310,8 @@ class ActorConfig:
                 )
             if not self.loss_scale_factor > 0:
                 raise ValueError(f"{p}.loss_scale_factor={self.loss_scale_factor} must be > 0")
-        if self.kl_loss_type not in KL_ESTIMATORS:
-            raise ValueError(f"{p}.kl_loss_type={self.kl_loss_type!r} must be one of {KL_ESTIMATORS.names()}")
+        if self.kl_loss_type not in KL_ESTIMATOR_NAMES:
+            raise ValueError(f"{p}.kl_loss_type={self.kl_loss_type!r} must be one of {KL_ESTIMATOR_NAMES.names()}")
         if not self.kl_loss_coef >= 0:
             raise ValueError(f"{p}.kl_loss_coef={self.kl_loss_coef} must be >= 0")
         if not self.clip_ratio >= 0:
@@ -322,19 +327,3 @@ class ActorConfig:
     def mini_batch_size_per_rank(self, dp_size: int, rollout_n: int) -> int:
         """Samples per rank of one mini-batch (ppo_mini_batch_size * rollout_n / dp_size); raises naming the key."""
         return mini_batch_size_per_rank(self, dp_size, rollout_n)
-
-    def to_engine_config(
-        self,
-        model_path: str,
-        *,
-        total_training_steps: int | None = None,
-        seed: int = 0,
-        override_config: Mapping[str, Any] | None = None,
-        trust_remote_code: bool = False,
-    ) -> EngineConfig:
-        """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio;
-        override_config / trust_remote_code: actor_rollout_ref.model's)."""
-        return build_engine_config(
-            self, "causal_lm", model_path, total_training_steps, seed,
-            override_config=override_config, trust_remote_code=trust_remote_code,
-        )

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 
-from verl_like.algorithms.kl_control import KL_CTRL_TYPES, build_kl_controller
-from verl_like.algorithms.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, Registry
-from verl_like.algorithms.rollout_is import RolloutISConfig
 from verl_like.config.errors import ConfigError
-
-
-def check_registered(key: str, value: str, registry: Registry) -> None:
-    """ConfigError naming `key`, the closest registered name and all of them, unless `value` is registered."""
-    if value in registry:
-        return
-    names = registry.names()
-    close = difflib.get_close_matches(str(value), names, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise ConfigError(f"{key}={value!r} is not a registered {registry.kind}; {hint}valid names: {', '.join(names)}")
+from verl_like.config.loss_options import RolloutISConfig
+from verl_like.config.names import ADVANTAGE_ESTIMATOR_NAMES, KL_CTRL_TYPES, KL_ESTIMATOR_NAMES
 
 
 @dataclass(frozen=True)
@@ -36,10 +24,14 @@ class KLControlConfig:
     def __post_init__(self) -> None:
         if self.type not in KL_CTRL_TYPES:
             raise ConfigError(f"algorithm.kl_ctrl.type={self.type!r} must be one of {KL_CTRL_TYPES}")
-        try:
-            build_kl_controller(self.type, self.kl_coef, self.target_kl, self.horizon)
-        except ValueError as err:
-            raise ConfigError(str(err)) from err
+        if not self.kl_coef >= 0:
+            raise ConfigError(f"algorithm.kl_ctrl.kl_coef={self.kl_coef} must be >= 0")
+        if self.type == "adaptive":
+            for key in ("target_kl", "horizon"):
+                if not getattr(self, key) > 0:
+                    raise ConfigError(
+                        f"algorithm.kl_ctrl.{key}={getattr(self, key)} must be > 0 for the adaptive controller"
+                    )
 
 
 # Per-sample values DAPO's dynamic sampling can compare (verl_like/trainer/ppo_trainer.py).
@@ -103,8 +95,8 @@ class AlgorithmConfig:
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
 
     def __post_init__(self) -> None:
-        check_registered("algorithm.adv_estimator", self.adv_estimator, ADVANTAGE_ESTIMATORS)
-        check_registered("algorithm.kl_penalty", self.kl_penalty, KL_ESTIMATORS)
+        ADVANTAGE_ESTIMATOR_NAMES.check("algorithm.adv_estimator", self.adv_estimator)
+        KL_ESTIMATOR_NAMES.check("algorithm.kl_penalty", self.kl_penalty)
         for key in ("gamma", "lam"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ConfigError(f"algorithm.{key}={getattr(self, key)} must lie in [0, 1]")

@@ -9,15 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from verl_like.algorithms.aggregation import LOSS_AGG_MODES
-from verl_like.config.actor import (
-    FSDPConfig,
-    OptimConfig,
-    build_engine_config,
-    check_ppo_update_node,
-    mini_batch_size_per_rank,
-)
-from verl_like.engine.config import EngineConfig
+from verl_like.config.actor import FSDPConfig, OptimConfig, check_ppo_update_node, mini_batch_size_per_rank
+from verl_like.config.megatron import MegatronConfig
+from verl_like.config.names import LOSS_AGG_MODES
 
 
 def _critic_optim() -> OptimConfig:
@@ -37,6 +31,8 @@ class CriticConfig:
     grad_clip: global gradient-norm clip, or null to only report the norm.
     optim: OptimConfig (default lr 1e-5); fsdp_config: FSDPConfig.
     use_remove_padding / gradient_checkpointing: as the actor's.
+    strategy / megatron: the training engine and its parallel layout, as the actor's (the critic's world is its
+      pool's: the actor's workers when colocated, critic_pool's otherwise).
     """
 
     ppo_mini_batch_size: int = 256
@@ -53,6 +49,8 @@ class CriticConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_remove_padding: bool = False
     gradient_checkpointing: bool = False
+    strategy: str = "fsdp2"
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
     PREFIX: ClassVar[str] = "critic"
 
@@ -67,9 +65,3 @@ class CriticConfig:
     def mini_batch_size_per_rank(self, dp_size: int, rollout_n: int) -> int:
         """Samples per rank of one mini-batch (ppo_mini_batch_size * rollout_n / dp_size); raises naming the key."""
         return mini_batch_size_per_rank(self, dp_size, rollout_n)
-
-    def to_engine_config(
-        self, model_path: str, *, total_training_steps: int | None = None, seed: int = 0
-    ) -> EngineConfig:
-        """The value-model EngineConfig of the critic (a causal-LM checkpoint gets a fresh value head from seed)."""
-        return build_engine_config(self, "value", model_path, total_training_steps, seed)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
+from verl_like.config.topology import Topology
 
 if TYPE_CHECKING:
     from verl_like.config.pools import ResourcePoolConfig
@@ -26,14 +27,16 @@ GROUP_ESTIMATORS = frozenset({"grpo", "rloo", "reinforce_plus_plus_baseline"})
 class DerivedSizes:
     """Values computed from the config (`PPOConfig.derived`).
 
-    world_size: processes of the actor-rollout-ref group (trainer.nnodes * trainer.n_gpus_per_node); the actor's
-      FSDP data-parallel size and, colocated, the critic's.
+    world_size: processes of the actor-rollout-ref group (trainer.nnodes * trainer.n_gpus_per_node).
+    topology: every role's layout (config/topology.py): world, TP/PP/DP sizes and each rank's coordinates.
+    actor_dp_size / critic_dp_size: the data-parallel sizes the batches split over (world // (TP * PP) with
+      strategy=megatron; the role's world with fsdp2); critic_dp_size None when no critic runs.
     rollout_tp_size / rollout_dp_size: rollout tensor-parallel size and world_size // tp (server mode: the number
       of servers).
     samples_per_step: data.train_batch_size * rollout.n sequences generated and trained on per step.
     mini_batches_per_step: optimizer steps per PPO epoch (data.train_batch_size // actor.ppo_mini_batch_size).
     ppo_mini_batch_size_samples: the actor's mini-batch in samples (ppo_mini_batch_size * rollout.n).
-    ppo_mini_batch_size_per_rank: the samples of one actor mini-batch on each rank.
+    ppo_mini_batch_size_per_rank: the samples of one actor mini-batch on each data-parallel rank.
     micro_batches_per_mini_batch: gradient-accumulation steps per actor mini-batch on a rank (None with
       use_dynamic_bsz, where the count follows the token budget).
     critic_*: the same three for the critic (None when no critic runs).
@@ -42,6 +45,9 @@ class DerivedSizes:
     """
 
     world_size: int
+    topology: Topology
+    actor_dp_size: int
+    critic_dp_size: int | None
     rollout_tp_size: int
     rollout_dp_size: int
     samples_per_step: int
@@ -58,9 +64,10 @@ class DerivedSizes:
 
 
 def _mini_batch_split(
-    node: str, mini_batch: int, micro_batch: int | None, dynamic: bool, n: int, world_size: int, train_batch: int
+    node: str, mini_batch: int, micro_batch: int | None, dynamic: bool, n: int, dp_size: int, train_batch: int
 ) -> tuple[int, int, int | None]:
-    """(samples per mini-batch, samples per rank, micro-batches per rank) of one PPO update node, or ConfigError."""
+    """(samples per mini-batch, samples per DP rank, micro-batches per DP rank) of one PPO update node, or
+    ConfigError; dp_size: the role's data-parallel size (its world with fsdp2, world / (TP * PP) with megatron)."""
     if mini_batch > train_batch:
         raise ConfigError(
             f"{node}.ppo_mini_batch_size={mini_batch} is larger than data.train_batch_size={train_batch} (both count "
@@ -73,13 +80,13 @@ def _mini_batch_split(
             f"{node}.ppo_mini_batch_size to a divisor of {train_batch}"
         )
     samples = mini_batch * n
-    if samples % world_size:
+    if samples % dp_size:
         raise ConfigError(
             f"{node}.ppo_mini_batch_size={mini_batch} prompts x actor_rollout_ref.rollout.n={n} = {samples} samples "
-            f"is not divisible by the world size {world_size} (trainer.nnodes * trainer.n_gpus_per_node); make "
-            f"ppo_mini_batch_size * n a multiple of {world_size}"
+            f"is not divisible by the data-parallel size {dp_size} (the role's workers / ({node}.megatron's "
+            f"tensor x pipeline sizes with strategy=megatron)); make ppo_mini_batch_size * n a multiple of {dp_size}"
         )
-    per_rank = samples // world_size
+    per_rank = samples // dp_size
     if dynamic:
         return samples, per_rank, None
     assert micro_batch is not None  # the node's own check requires it without use_dynamic_bsz
@@ -87,8 +94,8 @@ def _mini_batch_split(
         raise ConfigError(
             f"{node}.ppo_mini_batch_size={mini_batch} prompts x actor_rollout_ref.rollout.n={n} = {samples} samples is "
             f"not divisible "
-            f"by world size {world_size} x {node}.ppo_micro_batch_size_per_gpu={micro_batch} = "
-            f"{world_size * micro_batch}: each rank gets {per_rank} samples per mini-batch; set "
+            f"by data-parallel size {dp_size} x {node}.ppo_micro_batch_size_per_gpu={micro_batch} = "
+            f"{dp_size * micro_batch}: each rank gets {per_rank} samples per mini-batch; set "
             f"{node}.ppo_micro_batch_size_per_gpu to a divisor of {per_rank}, or change ppo_mini_batch_size"
         )
     return samples, per_rank, per_rank // micro_batch
@@ -119,33 +126,31 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
     actor = config.actor_rollout_ref.actor
     world = trainer.world_size
     tp = rollout.tensor_model_parallel_size
+    use_critic = uses_critic(config)
+    use_reference = config.algorithm.use_kl_in_reward or actor.use_kl_loss or config.online_dpo.enable
+    topology = Topology.of(config, use_reference, use_critic)
     servers = 0
     if rollout.mode == "server":
         servers = len(rollout.server.address) or _server_count(config.rollout_pool, tp)
-    elif world % tp:
-        raise ConfigError(
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide the world size {world} "
-            f"(trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}); choose a TP "
-            f"size that divides {world}"
-        )
     n, train_batch = rollout.n, config.data.train_batch_size
     samples, per_rank, micro = _mini_batch_split(
-        actor.PREFIX, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu, actor.use_dynamic_bsz, n, world,
-        train_batch,
+        actor.PREFIX, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu, actor.use_dynamic_bsz, n,
+        topology.actor.dp_size, train_batch,
     )
-    use_critic = uses_critic(config)
     critic_sizes: tuple[int | None, int | None, int | None] = (None, None, None)
-    if use_critic:
+    if topology.critic is not None:
         critic = config.critic
-        critic_world = world if config.critic_pool.colocated else config.critic_pool.world_size
         critic_sizes = _mini_batch_split(
             critic.PREFIX, critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu, critic.use_dynamic_bsz,
-            n, critic_world, train_batch,
+            n, topology.critic.dp_size, train_batch,
         )
     return DerivedSizes(
         world_size=world,
+        topology=topology,
+        actor_dp_size=topology.actor.dp_size,
+        critic_dp_size=topology.critic.dp_size if topology.critic is not None else None,
         rollout_tp_size=tp,
-        rollout_dp_size=servers if rollout.mode == "server" else world // tp,
+        rollout_dp_size=servers if topology.rollout is None else topology.rollout.dp_size,
         samples_per_step=train_batch * n,
         mini_batches_per_step=train_batch // actor.ppo_mini_batch_size,
         ppo_mini_batch_size_samples=samples,
@@ -155,6 +160,6 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
         critic_ppo_mini_batch_size_per_rank=critic_sizes[1],
         critic_micro_batches_per_mini_batch=critic_sizes[2],
         use_critic=use_critic,
-        use_reference_policy=config.algorithm.use_kl_in_reward or actor.use_kl_loss or config.online_dpo.enable,
+        use_reference_policy=use_reference,
         use_reward_model=config.reward_model.enable,
     )

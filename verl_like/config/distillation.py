@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_like.algorithms.distillation import DISTILLATION_LOSSES
 from verl_like.config.errors import ConfigError
+from verl_like.config.names import DISTILLATION_LOSSES
 
 if TYPE_CHECKING:
     from verl_like.config.ppo import PPOConfig

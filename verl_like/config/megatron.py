@@ -8,6 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 STRATEGIES = ("fsdp2", "megatron")
+# verl's `fsdp` names its FSDP engine; here FSDP2 is the only FSDP engine, so both spellings mean it.
+_STRATEGY_ALIASES = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
+
+
+def canonical_strategy(key: str, value: str) -> str:
+    """"fsdp2" or "megatron" for a `*.strategy` value (verl's "fsdp" reads as fsdp2); ValueError naming `key`."""
+    if value not in _STRATEGY_ALIASES:
+        raise ValueError(f"{key}={value!r} is not a training strategy; use one of {sorted(_STRATEGY_ALIASES)}")
+    return _STRATEGY_ALIASES[value]
 
 
 @dataclass(frozen=True)

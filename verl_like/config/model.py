@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_like.config.actor import FSDPConfig
+from verl_like.config.actor import FSDPConfig, check_megatron_options
 from verl_like.config.errors import ConfigError
+from verl_like.config.megatron import MegatronConfig, canonical_strategy
 
 # `model.path: tiny` selects the tiny Qwen2 model verl_like/models/tiny.py builds locally (no hub, no files).
 BUILTIN_TINY = "tiny"
@@ -109,15 +110,30 @@ class RefConfig:
     log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead.
     fsdp_config: FSDP options of the reference copy: model_dtype, param_dtype, reduce_dtype, param_offload (keeps
       it in CPU memory between uses), reshard_after_forward. It has no optimizer: optimizer_offload must be false.
+    strategy: the reference's engine; it follows actor_rollout_ref.actor.strategy (null, or the same value;
+      another value is refused by ActorRolloutRefConfig).
+    megatron: the reference's MegatronConfig with strategy=megatron; null takes the actor's (the YAML interpolates
+      each key from actor_rollout_ref.actor.megatron, so one key can differ).
     """
 
     log_prob_micro_batch_size_per_gpu: int = 8
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    strategy: str | None = None
+    megatron: MegatronConfig | None = None
 
     def __post_init__(self) -> None:
         p = "actor_rollout_ref.ref"
+        if self.strategy is not None:
+            try:
+                object.__setattr__(self, "strategy", canonical_strategy(f"{p}.strategy", self.strategy))
+                if self.megatron is not None:
+                    self.megatron.check(f"{p}.megatron")
+                if self.strategy == "megatron":
+                    check_megatron_options(p, self.fsdp_config, use_remove_padding=False)
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
         if self.log_prob_micro_batch_size_per_gpu < 1:
             raise ConfigError(
                 f"{p}.log_prob_micro_batch_size_per_gpu={self.log_prob_micro_batch_size_per_gpu} must be >= 1"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from verl_like.algorithms.dpo import DPO_LOSS_TYPES, TIE_BREAKING
 from verl_like.config.errors import ConfigError
+from verl_like.config.names import DPO_LOSS_TYPES, TIE_BREAKING
 
 if TYPE_CHECKING:
     from verl_like.config.ppo import PPOConfig

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from verl_like.config.actor import FSDPConfig
 from verl_like.config.errors import ConfigError
-from verl_like.engine.config import EngineConfig
-from verl_like.rewards.error_policy import ERROR_POLICIES
+from verl_like.config.megatron import canonical_strategy
+from verl_like.config.names import ERROR_POLICIES
 
 # "naive": each response's score sits on its last valid token (verl_like/rewards/manager.py).
 REWARD_MANAGERS = ("naive",)
@@ -85,6 +85,7 @@ class RewardModelConfig:
         scorers are not called, so the data need no ground truth; verl's naive manager does this).
       model: RewardModelModelConfig. micro_batch_size_per_gpu: samples per RM forward on one rank.
       use_dynamic_bsz / forward_max_token_len_per_gpu: micro-batches by token budget instead of row count.
+      strategy: "fsdp2" (verl's "fsdp" reads as fsdp2); reward models run on FSDP only, so megatron is refused.
     overlong_buffer: DAPO's overlong penalty (OverlongBufferConfig), applied after the combination.
     """
 
@@ -100,8 +101,19 @@ class RewardModelConfig:
     use_dynamic_bsz: bool = False
     forward_max_token_len_per_gpu: int = 32768
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    strategy: str = "fsdp2"
 
     def __post_init__(self) -> None:
+        try:
+            strategy = canonical_strategy("reward_model.strategy", self.strategy)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if strategy != "fsdp2":
+            raise ConfigError(
+                f"reward_model.strategy={self.strategy} is not supported: reward models run on FSDP (their forward "
+                "is inference-only, one FSDP2 engine per rank); set reward_model.strategy=fsdp2 or remove it"
+            )
+        object.__setattr__(self, "strategy", strategy)
         if self.reward_manager not in REWARD_MANAGERS:
             raise ConfigError(
                 f"reward_model.reward_manager={self.reward_manager!r} is not available; use one of {REWARD_MANAGERS} "
@@ -133,29 +145,6 @@ class RewardModelConfig:
                 "reward_model.enable=true needs reward_model.model.path (a local reward-model directory); "
                 "set it or set reward_model.enable=false"
             )
-
-    def to_engine_config(self, seed: int = 0) -> EngineConfig:
-        """The inference-only sequence-classifier EngineConfig of the reward model (needs model.path)."""
-        if not self.model.path:
-            raise ConfigError("reward_model.model.path is unset; set it to a local reward-model directory")
-        fsdp = self.model.fsdp_config
-        return EngineConfig(
-            model_path=self.model.path,
-            model_kind="sequence_classifier",
-            dtype=fsdp.model_dtype,
-            param_dtype=fsdp.param_dtype,
-            reduce_dtype=fsdp.reduce_dtype,
-            micro_batch_size_per_rank=self.micro_batch_size_per_gpu,
-            use_dynamic_bsz=self.use_dynamic_bsz,
-            max_tokens_per_rank=self.forward_max_token_len_per_gpu if self.use_dynamic_bsz else None,
-            use_remove_padding=self.model.use_remove_padding,
-            trust_remote_code=self.model.trust_remote_code,
-            param_offload=fsdp.param_offload,
-            offload_policy=fsdp.offload_policy,
-            reshard_after_forward=fsdp.reshard_after_forward,
-            inference_only=True,
-            seed=seed,
-        )
 
 
 @dataclass(frozen=True)

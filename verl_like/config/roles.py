@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_like.config.actor import ActorConfig, build_engine_config
+from verl_like.config.actor import ActorConfig
 from verl_like.config.critic import CriticConfig
 from verl_like.config.errors import ConfigError
 from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.rollout import RolloutConfig
-from verl_like.engine.config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,15 @@ class ActorRolloutRefConfig:
                 "actor_rollout_ref.hybrid_engine=false (rollout on its own workers) is not supported; "
                 "set actor_rollout_ref.hybrid_engine=true"
             )
+        actor, ref = self.actor, self.ref
+        if ref.strategy is not None and ref.strategy != actor.strategy:
+            raise ConfigError(
+                f"actor_rollout_ref.ref.strategy={ref.strategy} differs from actor_rollout_ref.actor.strategy="
+                f"{actor.strategy}; the reference follows the actor's engine: remove actor_rollout_ref.ref.strategy"
+            )
+        # The reference's unset engine keys take the actor's, once, here (the node stays frozen afterwards).
+        resolved = dataclasses.replace(ref, strategy=actor.strategy, megatron=ref.megatron or actor.megatron)
+        object.__setattr__(self, "ref", resolved)
 
 
 @dataclass(frozen=True)
@@ -69,12 +78,3 @@ class CriticRoleConfig(CriticConfig):
     def model_path(self, actor_model: ModelConfig) -> str:
         """The critic's model path (the policy's when critic.model.path is null)."""
         return self.model.path or actor_model.path
-
-    def to_engine_config(
-        self, model_path: str, *, total_training_steps: int | None = None, seed: int = 0
-    ) -> EngineConfig:
-        """CriticConfig's value-model EngineConfig plus critic.model.override_config and trust_remote_code."""
-        return build_engine_config(
-            self, "value", model_path, total_training_steps, seed,
-            override_config=self.model.override_config, trust_remote_code=self.model.trust_remote_code,
-        )

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from verl_like.config.errors import ConfigError
-
-if TYPE_CHECKING:
-    from verl_like.rollout.base import SamplingConfig
-    from verl_like.rollout.vllm import VLLMEngineOptions
 
 _P = "actor_rollout_ref.rollout"
 
@@ -237,56 +231,3 @@ class RolloutConfig:
     def bucket_bytes(self) -> int:
         """update_weights_bucket_megabytes in bytes."""
         return self.update_weights_bucket_megabytes << 20
-
-    def rollout_dp_size(self, world_size: int) -> int:
-        """Rollout data-parallel size for a worker group of `world_size` ranks (world / TP)."""
-        tp = self.tensor_model_parallel_size
-        if world_size % tp:
-            raise ConfigError(
-                f"{_P}.tensor_model_parallel_size={tp} does not divide the {world_size} ranks of the actor-rollout "
-                "group; choose a TP size that divides trainer.nnodes * trainer.n_gpus_per_node"
-            )
-        return world_size // tp
-
-    def sampling(self, validate: bool = False, greedy: bool = False) -> "SamplingConfig":
-        """The SamplingConfig of a training rollout, a validation rollout (`val_kwargs`), or greedy decoding
-        (one sample, argmax; e.g. ReMax's baseline). temperature 0 or do_sample False also mean greedy."""
-        from verl_like.rollout.base import SamplingConfig
-
-        source = self.val_kwargs if validate else self
-        if greedy or not source.do_sample or source.temperature == 0:
-            n = 1 if greedy else source.n
-            return SamplingConfig(n=n, do_sample=False, max_tokens=self.response_length, ignore_eos=self.ignore_eos)
-        return SamplingConfig(
-            n=source.n,
-            temperature=source.temperature,
-            top_p=source.top_p,
-            top_k=source.top_k if source.top_k > 0 else None,
-            max_tokens=self.response_length,
-            ignore_eos=self.ignore_eos,
-        )
-
-    def vllm_options(
-        self, *, hf_overrides: Mapping[str, Any] | None = None, trust_remote_code: bool = False
-    ) -> "VLLMEngineOptions":
-        """The VLLMEngineOptions of this node (the engine's context is `engine_max_model_len`).
-
-        hf_overrides / trust_remote_code: from actor_rollout_ref.model (its override_config, resolved against the
-        model's config, and trust_remote_code), so vLLM builds the model the training engine builds.
-        """
-        from verl_like.rollout.vllm import VLLMEngineOptions
-
-        return VLLMEngineOptions(
-            tensor_parallel_size=self.tensor_model_parallel_size,
-            dtype=self.dtype,
-            max_model_len=self.engine_max_model_len,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            enable_prefix_caching=self.enable_prefix_caching,
-            load_format=self.load_format,
-            seed=self.seed,
-            max_num_seqs=self.max_num_seqs,
-            enforce_eager=self.enforce_eager,
-            sleep_level=self.sleep_level,
-            hf_overrides=hf_overrides or {},
-            trust_remote_code=trust_remote_code,
-        )

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
-from verl_like.utils.tracking import SUPPORTED_BACKENDS
-
-if TYPE_CHECKING:
-    from verl_like.single_controller.timeouts import CallTimeouts
+from verl_like.config.names import LOGGER_BACKENDS
 
 DEVICES = ("auto", "cuda", "cpu")
 RESUME_MODES = ("disable", "auto", "resume_path")
@@ -69,17 +65,6 @@ class TimeoutsConfig:
             raise ConfigError(
                 f"trainer.timeouts.worker_call_timeout_s={self.worker_call_timeout_s} must be > 0, or null (adaptive)"
             )
-
-    def call_timeouts(self) -> CallTimeouts:
-        """The worker groups' default call timeouts."""
-        from verl_like.single_controller.timeouts import CallTimeouts
-
-        return CallTimeouts(
-            fixed_s=self.worker_call_timeout_s,
-            first_call_s=self.first_call_timeout_s,
-            factor=self.call_timeout_factor,
-            min_s=self.min_call_timeout_s,
-        )
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -152,8 +137,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         p = "trainer"
         for name in self.logger:
-            if name not in SUPPORTED_BACKENDS:
-                raise ConfigError(f"{p}.logger contains {name!r}; valid loggers: {', '.join(SUPPORTED_BACKENDS)}")
+            if name not in LOGGER_BACKENDS:
+                raise ConfigError(f"{p}.logger contains {name!r}; valid loggers: {', '.join(LOGGER_BACKENDS)}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"{p}.log_level={self.log_level!r} must be one of {LOG_LEVELS}")
         if self.device not in DEVICES:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from verl_like.config.data import is_synthetic
 from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
 from verl_like.config.pools import check_server_placement, cluster_processes, cluster_summary
+from verl_like.config.tokenizer_check import check_same_tokenizer
 from verl_like.config.online_dpo import check_online_dpo
-from verl_like.config.model import is_builtin_model, max_position_embeddings
+from verl_like.config.model import ModelConfig, is_builtin_model, max_position_embeddings, tiny_model_spec
 from verl_like.config.ppo import PPOConfig
 
 logger = logging.getLogger(__name__)
@@ -44,6 +47,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     if check_paths:
         _check_paths(config)
     _check_model_overrides(config, check_paths)
+    _check_megatron_model_split(config, check_paths)
     _check_model_context(config, check_paths)
     warnings = _warnings(config)
     for message in warnings:
@@ -222,8 +226,6 @@ def _policy_tokenizer(config: PPOConfig) -> object:
 
 def _check_reward_model_tokenizer(config: PPOConfig) -> None:
     """The reward model scores the rollout's token ids, so it must have the policy's tokenizer."""
-    from verl_like.workers.reward_model import check_same_tokenizer
-
     rm_model = config.reward_model.model
     check_same_tokenizer(
         _policy_tokenizer(config), str(Path(str(rm_model.path)).expanduser()),
@@ -234,8 +236,6 @@ def _check_reward_model_tokenizer(config: PPOConfig) -> None:
 def _check_critic_tokenizer(config: PPOConfig) -> None:
     """The critic reads the actor's token ids, so critic.model.tokenizer_path (else a critic.model.path of its
     own) must hold the policy's tokenizer."""
-    from verl_like.workers.reward_model import check_same_tokenizer
-
     critic, actor = config.critic.model, config.actor_rollout_ref.model
     if critic.tokenizer_path:
         key, path = "critic.model.tokenizer_path", critic.tokenizer_path
@@ -298,6 +298,43 @@ def _check_model_overrides(config: PPOConfig, check_paths: bool) -> None:
             apply_config_overrides(hf_config, model.override_config, f"{prefix}.override_config")
         except ValueError as err:
             raise ConfigError(str(err)) from err
+
+
+def _model_split_sizes(path: str, key: str, trust_remote_code: bool, overrides: Mapping[str, Any],
+                       policy: ModelConfig) -> tuple[int, int]:
+    """(num_hidden_layers, num_key_value_heads) of the model at `path` (the builtin tiny one: the policy's
+    tiny_spec), with its override_config applied (it may change either)."""
+    if is_builtin_model(path):
+        spec = tiny_model_spec(policy)
+        layers, kv_heads = spec.num_hidden_layers, spec.num_key_value_heads
+    else:
+        hf_config = _hf_config_of(path, trust_remote_code, key)
+        layers = hf_config.num_hidden_layers
+        kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    return int(overrides.get("num_hidden_layers", layers)), int(overrides.get("num_key_value_heads", kv_heads))
+
+
+def _check_megatron_model_split(config: PPOConfig, check_paths: bool) -> None:
+    """A megatron role's TP must divide the model's KV heads and its layers split into PP x VPP equal chunks."""
+    arr, topology = config.actor_rollout_ref, config.derived.topology
+    policy, critic = arr.model, config.critic
+    policy_model = ("actor_rollout_ref.model.path", policy.path, policy.trust_remote_code, policy.override_config)
+    roles = [("actor_rollout_ref.actor", arr.actor.strategy, arr.actor.megatron, policy_model)]
+    if topology.ref is not None:
+        roles.append(("actor_rollout_ref.ref", str(arr.ref.strategy), arr.ref.megatron or arr.actor.megatron,
+                      policy_model))
+    if topology.critic is not None:
+        critic_model = ("critic.model.path", critic.model_path(policy), critic.model.trust_remote_code,
+                        critic.model.override_config)
+        roles.append((critic.PREFIX, critic.strategy, critic.megatron, critic_model))
+    for prefix, strategy, megatron, (key, path, trust, overrides) in roles:
+        if strategy != "megatron" or not (check_paths or is_builtin_model(path)):
+            continue
+        layers, kv_heads = _model_split_sizes(path, key, trust, overrides, policy)
+        try:
+            megatron.check_model(prefix, layers, kv_heads)
+        except ValueError as err:
+            raise ConfigError(f"{err} ({key}={path!r}: {layers} layers, {kv_heads} key/value heads)") from err
 
 
 def _check_model_context(config: PPOConfig, check_paths: bool) -> None:

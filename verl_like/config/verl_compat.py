@@ -2,7 +2,6 @@
 
 `translate_overrides(overrides)` returns the overrides verl_like composes, and notes to log:
 - `trainer.logger=console` (a string) becomes the list `[console]`;
-- `*.strategy=fsdp|fsdp2` is dropped (the engine is FSDP2); megatron is refused;
 - `trainer.default_hdfs_dir=null` is dropped; a path is refused (no HDFS copy here);
 - `*.optim.warmup_style` (deprecated in verl) becomes `*.optim.lr_scheduler_type`;
 - deprecated global micro-batch keys (`ppo_micro_batch_size`, `log_prob_micro_batch_size`, ...) are refused with
@@ -37,8 +36,6 @@ VERL_CUDA_OVERRIDES = (
     "trainer.n_gpus_per_node=8",
     "trainer.ray_init.num_cpus=null",  # Ray counts the machine's CPUs, as on the GPU presets
 )
-STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy",
-                 "reward_model.strategy")
 # verl's deprecated global micro-batch keys -> the per-GPU key that replaced them.
 DEPRECATED_KEYS = {
     "actor_rollout_ref.actor.ppo_micro_batch_size": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
@@ -93,10 +90,6 @@ def translate_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]
         prefix, key, value = parts
         if key == "trainer.logger" and not value.startswith("["):
             out.append(f"{prefix}trainer.logger=[{value}]")
-        elif key in STRATEGY_KEYS:
-            if value not in ("fsdp", "fsdp2"):
-                raise ConfigError(f"{key}={value}: verl_like trains with FSDP2 only; set {key}=fsdp2 or remove it")
-            notes.append(f"{key}={value}: verl_like's engine is FSDP2 (the key is not needed)")
         elif key == "trainer.default_hdfs_dir":
             if value not in _NULL:
                 raise ConfigError(

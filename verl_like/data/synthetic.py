@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from verl_like.config.data import SYNTHETIC_PREFIX
 from verl_like.data.preprocess import write_rows
 
 logger = logging.getLogger(__name__)
 
-SYNTHETIC_PREFIX = "synthetic:"
 SPLITS = ("train", "test", "sft")
 HELD_OUT_BUCKETS = 8  # one question in 8 belongs to the held-out test pool
 _SPLIT_SEED_OFFSET = {"train": 0, "test": 1, "sft": 2}

@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
+from verl_like.config.names import LR_SCHEDULERS
+
 MODEL_KINDS = ("causal_lm", "value", "sequence_classifier")
-LR_SCHEDULERS = ("constant", "cosine")
 ATTN_IMPLEMENTATIONS = ("flash_attention_2", "varlen", "flex_attention", "sdpa", "eager")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-ERROR_POLICIES = ("fail", "zero", "skip")
+from verl_like.config.names import ERROR_POLICIES
+
 
 
 class RewardError(RuntimeError):

@@ -12,6 +12,10 @@ larger than the training batch) needs a larger factor or a fixed timeout.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verl_like.config.trainer import TimeoutsConfig
 
 
 @dataclass
@@ -30,6 +34,16 @@ class CallTimeouts:
                 raise ValueError(f"CallTimeouts.{name}={getattr(self, name)} must be > 0")
         if self.fixed_s is not None and not self.fixed_s > 0:
             raise ValueError(f"CallTimeouts.fixed_s={self.fixed_s} must be > 0, or None (adaptive)")
+
+    @classmethod
+    def from_config(cls, timeouts: TimeoutsConfig) -> CallTimeouts:
+        """The worker groups' default call timeouts of the `trainer.timeouts` node."""
+        return cls(
+            fixed_s=timeouts.worker_call_timeout_s,
+            first_call_s=timeouts.first_call_timeout_s,
+            factor=timeouts.call_timeout_factor,
+            min_s=timeouts.min_call_timeout_s,
+        )
 
     def timeout_for(self, key: str) -> float:
         """Seconds the next call of `key` may take."""

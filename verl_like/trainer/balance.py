@@ -1,7 +1,8 @@
 """`trainer.balance_batch`: reorder a batch so each data-parallel rank gets as many rows and about as many tokens.
 
-The worker groups cut a DP-dispatched batch into `world_size` consecutive chunks, one per rank; with responses
-of very different lengths one rank can get much more work than another and the others wait for it. Reordering
+The worker groups cut a DP-dispatched batch into dp_size consecutive chunks, one per DP rank (every worker with
+fsdp2, megatron's DP ranks otherwise: `DerivedSizes.actor_dp_size`); with responses of very different lengths one
+rank can get much more work than another and the others wait for it. Reordering
 the rows (a permutation applied to every tensor and non-tensor column alike) fixes that. Nothing downstream
 depends on the row order: advantages group samples by their "uid", not by position, and ReMax's greedy
 baselines are computed before the reorder. The PPO mini-batches then hold other samples than without it (each

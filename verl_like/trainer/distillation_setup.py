@@ -28,7 +28,7 @@ def resolve_teacher_path(config: PPOConfig, cache_dir: Path) -> str:
 
 def teacher_role(config: PPOConfig, policy_tokenizer: object, cache_dir: Path) -> RoleSpec:
     """The RoleSpec of the teacher; ConfigError (before any worker starts) if its tokenizer is not the policy's."""
-    from verl_like.workers.reward_model import check_same_tokenizer
+    from verl_like.config.tokenizer_check import check_same_tokenizer
     from verl_like.workers.teacher import TeacherWorker
 
     teacher = config.distillation.teacher

@@ -324,7 +324,7 @@ class PPOTrainer:
             if cfg.algorithm.adv_estimator == "remax":
                 batch.batch["reward_baselines"] = self._remax_baselines(batch, timings, metrics)
             if cfg.trainer.balance_batch:  # after ReMax, whose greedy pass reads the rollout's group order
-                batch, balance_metrics = balance_batch(batch, c.world_size)
+                batch, balance_metrics = balance_batch(batch, c.actor_dp_size or c.world_size)
                 metrics.update(balance_metrics)
             with timed(timings, "old_log_prob"):
                 batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)

@@ -1,7 +1,8 @@
 """Checks of the machine a validated config will run on, before Ray or any model starts.
 
 `validate(config)` checks the config against itself; `run_preflight(config)` checks it against this machine:
-the rollout backend importable (vLLM, with the install command for the device when it is not), devices asked vs
+the rollout backend importable (vLLM, with the install command for the device when it is not), megatron-core for a
+role with strategy=megatron, devices asked vs
 present, logger packages installed, data file types and their data sources' scorers, the run
 directory writable with room for a checkpoint (when its size is known), and the dashboard port free. Each failure
 raises one PreflightError naming the key and the fix; `main_ppo` and `trainer.launch.launch` call it before Ray.
@@ -63,6 +64,28 @@ def check_rollout_backend(rollout_name: str, device: str) -> None:
         raise PreflightError(message)
 
 
+def check_training_backends(config: PPOConfig) -> None:
+    """Raises PreflightError when a role that runs has strategy=megatron and megatron-core is not importable (the
+    driver's environment is the workers'; engine/factory.py imports it in every worker)."""
+    topology = config.derived.topology
+    keys = []
+    if config.actor_rollout_ref.actor.strategy == "megatron":
+        keys.append("actor_rollout_ref.actor.strategy")
+    if topology.critic is not None and config.critic.strategy == "megatron":
+        keys.append("critic.strategy")
+    if not keys:
+        return
+    try:
+        found = importlib.util.find_spec("megatron.core") is not None
+    except ModuleNotFoundError:  # no `megatron` package at all
+        found = False
+    if not found:
+        raise PreflightError(
+            f"{', '.join(f'{key}=megatron' for key in keys)} needs megatron-core, which {sys.executable} cannot "
+            "import; install it (pip install megatron-core) or set the strategy to fsdp2"
+        )
+
+
 def run_preflight(
     config: PPOConfig, *, joining_cluster: bool | None = None, reward_fn: Callable[..., Any] | None = None
 ) -> None:
@@ -74,6 +97,7 @@ def run_preflight(
     from verl_like.utils.device import resolve_device
 
     check_rollout_backend(config.actor_rollout_ref.rollout.name, resolve_device(config.trainer.device))
+    check_training_backends(config)
     if joining_cluster is None:
         joining_cluster = _joins_cluster(config.trainer.ray_address)
     if not joining_cluster:

@@ -18,6 +18,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from verl_like.protocol import DataProto
+from verl_like.rollout.from_config import sampling_config
 from verl_like.single_controller import ResourcePool
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.server_placement import server_placement
@@ -62,8 +63,8 @@ class ServerModeRollout:
 
     def generate(self, prompts: DataProto) -> DataProto:
         """Same meta_info as `ActorRolloutWorker.generate_sequences`: "validate", "do_sample", "seed"."""
-        sampling = self.config.sampling(
-            validate=bool(prompts.meta_info.get("validate", False)),
+        sampling = sampling_config(
+            self.config, validate=bool(prompts.meta_info.get("validate", False)),
             greedy=prompts.meta_info.get("do_sample", True) is False,
         )
         if "seed" in prompts.meta_info and sampling.do_sample:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator
 from verl_like.config.ppo import PPOConfig
 from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
+from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.rollout_handle import ColocatedRollout, ServerModeRollout, start_servers
 from verl_like.trainer.server_placement import server_placement
@@ -60,6 +61,8 @@ class TrainerComponents:
     """Handles the loop uses; `shutdown()` releases the workers, pools and scoring processes.
 
     reward_model: the reward-model role (reward_model.enable), else None. tokenizer: the policy's.
+    world_size: the actor-rollout group's workers; actor_dp_size: the DP ranks its batches split over (world_size
+      with fsdp2, world_size / (TP * PP) with megatron).
     actor_shape / critic_shape: model sizes for the MFU estimate (None: not a decoder we can count, or no critic).
     """
 
@@ -72,6 +75,7 @@ class TrainerComponents:
     needs_reference: bool
     world_size: int
     total_training_steps: int
+    actor_dp_size: int | None = None  # None: world_size (components built by hand)
     reward_model: RoleHandle | None = None
     teacher: RoleHandle | None = None  # distillation.enable: the teacher's top-k log-probs (workers/teacher.py)
     tokenizer: Any = None
@@ -156,8 +160,9 @@ def build_components(
     from verl_like.rewards.manager import RewardManager
     from verl_like.workers.actor_rollout import ActorRolloutWorker
     from verl_like.workers.critic import CriticWorker
-    from verl_like.workers.custom_worker import adapt_worker_class
-    from verl_like.workers.reward_model import RewardModelWorker, check_same_tokenizer
+    from verl_like.workers.custom_worker import accepts_keyword, adapt_worker_class
+    from verl_like.config.tokenizer_check import check_same_tokenizer
+    from verl_like.workers.reward_model import RewardModelWorker
 
     derived = config.derived
     model_path = resolve_model_path(config)
@@ -199,9 +204,14 @@ def build_components(
         name="global_pool",
         ready_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
+    topology = derived.topology  # decided once here; each role registers its meshes from its part
+    actor_rollout_cls = adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker
+    # A user's worker with a constructor of its own that lists the framework's arguments may predate `topology`;
+    # it then computes the same layouts itself (config/topology.actor_group_topology).
+    actor_rollout_topology = {"topology": topology} if accepts_keyword(actor_rollout_cls, "topology") else {}
     roles = {
         "actor_rollout": RoleSpec(
-            adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker,  # issue 16
+            actor_rollout_cls,  # issue 16
             kwargs={
                 "model_path": model_path,
                 "actor": config.actor_rollout_ref.actor,
@@ -210,6 +220,7 @@ def build_components(
                 "total_training_steps": total_steps,
                 "seed": config.data.seed,
                 "model": model,
+                **actor_rollout_topology,
                 **(actor_rollout_kwargs or {}),
             },
         )
@@ -217,13 +228,15 @@ def build_components(
     critic_path = config.critic.model.path or model_path
     own: dict[str, tuple[RoleSpec, Any]] = {}  # roles on pools of their own (critic_pool, reward_model_pool)
     if derived.use_critic:
+        critic_cls = critic_worker or CriticWorker
         roles["critic"] = RoleSpec(
-            critic_worker or CriticWorker,
+            critic_cls,
             kwargs={
                 "config": config.critic,
                 "model_path": critic_path,
                 "rollout_n": config.actor_rollout_ref.rollout.n,
                 "total_training_steps": total_steps,
+                **({"topology": topology.critic} if accepts_keyword(critic_cls, "topology") else {}),
             },
         )
     if derived.use_reward_model:
@@ -244,7 +257,7 @@ def build_components(
         pool,
         roles,
         name="hybrid",
-        default_timeout_s=trainer.timeouts.call_timeouts(),
+        default_timeout_s=CallTimeouts.from_config(trainer.timeouts),
         init_timeout_s=trainer.timeouts.worker_start_timeout_s,
         resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
     )
@@ -293,6 +306,7 @@ def build_components(
         val_loader=val_loader,
         needs_reference=derived.use_reference_policy,
         world_size=derived.world_size,
+        actor_dp_size=derived.actor_dp_size,
         total_training_steps=total_steps,
         reward_model=reward_model,
         teacher=teacher,

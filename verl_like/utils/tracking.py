@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from verl_like.config.names import LOGGER_BACKENDS
+
 logger = logging.getLogger(__name__)
 
-SUPPORTED_BACKENDS = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
 
 
 class _Sink(Protocol):
@@ -106,9 +107,9 @@ class Tracking:
         experiment: str = "run",
         config: dict[str, Any] | None = None,
     ) -> None:
-        unknown = [b for b in backends if b not in SUPPORTED_BACKENDS]
+        unknown = [b for b in backends if b not in LOGGER_BACKENDS]
         if unknown:
-            raise ValueError(f"trainer.logger has unknown backends {unknown}; supported: {list(SUPPORTED_BACKENDS)}")
+            raise ValueError(f"trainer.logger has unknown backends {unknown}; supported: {list(LOGGER_BACKENDS)}")
         self.log_dir = Path(log_dir)
         self.metrics_path = self.log_dir / "metrics.jsonl"
         self._sinks: list[_Sink] = []

@@ -7,7 +7,8 @@ from typing import Any
 
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.critic import CriticWorker
-from verl_like.workers.reference import ReferencePolicy, reference_engine_config
+from verl_like.engine.from_config import reference_engine_config
+from verl_like.workers.reference import ReferencePolicy
 from verl_like.workers.reward_model import RewardModelWorker
 
 __all__ = ["ActorRolloutWorker", "CriticWorker", "PPOActor", "ReferencePolicy", "RewardModelWorker", "reference_engine_config"]

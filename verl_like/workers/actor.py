@@ -4,7 +4,8 @@ The worker that hosts it (ActorRolloutWorker) owns the engine's life cycle (offl
 sync to the rollout engine); this class only computes. Every method is called on every data-parallel rank
 together, each with its own rows.
 
-    engine = FSDPEngine(actor_config.to_engine_config(model_path, total_training_steps=steps))
+    engine = build_engine(actor_engine_config(actor_config, model_path, total_training_steps=steps),
+                          actor_config.strategy, actor_config.megatron)
     actor = PPOActor(engine, actor_config, rollout_n=rollout_config.n)
     old = actor.compute_log_prob(batch, temperature=rollout_temperature)   # "old_log_probs"
     metrics = actor.update_policy(batch.union(old).union(advantages...))  # {"actor/pg_loss": ..., ...}
@@ -40,7 +41,8 @@ _NOT_TOKEN_MEANS = ("pg_loss", "is_weight_max", "is_weight_min")
 class PPOActor:
     """The policy role: `compute_log_prob` and `update_policy` with the engine it is given.
 
-    engine: a causal-LM TrainEngine built from `config.to_engine_config(...)` (with an optimizer).
+    engine: a causal-LM TrainEngine built from `engine/from_config.actor_engine_config(config, ...)` (with an
+      optimizer).
     config: the frozen `actor_rollout_ref.actor` node.
     rollout_n: samples per prompt (`actor_rollout_ref.rollout.n`): a mini-batch is config.ppo_mini_batch_size
       prompts, i.e. ppo_mini_batch_size * rollout_n samples over all ranks.

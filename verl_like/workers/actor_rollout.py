@@ -1,4 +1,4 @@
-"""ActorRolloutWorker: one process holds the policy's FSDP engine, its rollout engine and optionally the reference.
+"""ActorRolloutWorker: one process holds the policy's training engine, its rollout engine and optionally the reference.
 
     spec = RoleSpec(ActorRolloutWorker, (model_path, actor_cfg, rollout_cfg, ref_cfg))
     group = WorkerGroup(pool, spec, name="actor_rollout")
@@ -9,9 +9,10 @@
     group.sync_weights()                                # weight_sync/* metrics (generate_sequences syncs if skipped)
     group.close()                                       # before group.shutdown(): releases the engine cleanly
 
-Meshes: "actor" = every rank its own DP rank (FSDP over the whole group); "rollout" = TP groups of
-`tensor_model_parallel_size` consecutive ranks, each group one DP rank that receives one chunk, and its TP
-rank 0 returns it.
+Meshes, registered from the group's Topology (config/topology.py; the driver computes it once and hands it in):
+"actor" and "ref" = the engines' data-parallel ranks (every rank with fsdp2; megatron's DP ranks, collected from TP
+rank 0 of the last pipeline stage); "rollout" = TP groups of `tensor_model_parallel_size` consecutive ranks, each
+group one DP rank that receives one chunk, and its TP rank 0 returns it.
 
 Weights reach the rollout through one `WeightTransport` (resharding/transports/), chosen once: sliced for an engine
 that loads TP slices, full tensors otherwise (or into the user's `update_rollout_weights`). With
@@ -43,7 +44,10 @@ from transformers import AutoTokenizer
 from verl_like.config.actor import ActorConfig
 from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.rollout import RolloutConfig
-from verl_like.engine.fsdp import FSDPEngine
+from verl_like.config.topology import RoleTopology, Topology, actor_group_topology
+from verl_like.engine.base import TrainEngine
+from verl_like.engine.factory import build_engine
+from verl_like.engine.from_config import actor_engine_config, reference_engine_config
 from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
@@ -52,10 +56,11 @@ from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
+from verl_like.rollout.from_config import sampling_config, vllm_engine_options
 from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
-from verl_like.workers.reference import ReferencePolicy, reference_engine_config
+from verl_like.workers.reference import ReferencePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +85,11 @@ class ActorRolloutWorker(Worker):
     actor / rollout / ref: the frozen `actor_rollout_ref.{actor,rollout,ref}` nodes; ref None builds no
       reference (compute_ref_log_prob then raises).
     total_training_steps: optimizer steps of the run (cosine schedule, warmup ratio). seed: engine seed.
-    model: the `actor_rollout_ref.model` node: its override_config and trust_remote_code reach the FSDP engine,
+    model: the `actor_rollout_ref.model` node: its override_config and trust_remote_code reach the training engine,
       the reference, the rollout engine and the tokenizer; its tokenizer_path, when set, names the tokenizer's
       directory. None: no overrides, no remote code, the tokenizer of model_path.
+    topology: the job's Topology (`config.derived.topology`), whose actor / ref / rollout layouts give this rank's
+      meshes; None computes the same layouts from actor, ref and rollout over this group's world.
     Subclasses call `super().__init__(...)` first: it joins the group's torch.distributed world, which an engine
     built afterwards (vLLM included) then shares.
     """
@@ -96,6 +103,7 @@ class ActorRolloutWorker(Worker):
         total_training_steps: int | None = None,
         seed: int = 0,
         model: ModelConfig | None = None,
+        topology: Topology | None = None,
     ) -> None:
         self.model_path = str(model_path)
         self.actor_config = actor
@@ -104,15 +112,12 @@ class ActorRolloutWorker(Worker):
         self.override_config = dict(model.override_config) if model is not None else {}
         self.trust_remote_code = model.trust_remote_code if model is not None else False
         tokenizer_dir = model.tokenizer_path if model is not None and model.tokenizer_path else self.model_path
-        self.engine_config = actor.to_engine_config(
-            self.model_path, total_training_steps=total_training_steps, seed=seed,
+        self.engine_config = actor_engine_config(
+            actor, self.model_path, total_training_steps=total_training_steps, seed=seed,
             override_config=self.override_config, trust_remote_code=self.trust_remote_code,
         )
-        self.register_mesh("actor", dp_rank=self.rank, dp_size=self.world_size, is_collect=True)
-        if rollout.mode == "colocate":
-            tp = rollout.tensor_model_parallel_size
-            rollout_dp = rollout.rollout_dp_size(self.world_size)
-            self.register_mesh("rollout", dp_rank=self.rank // tp, dp_size=rollout_dp, is_collect=self.rank % tp == 0)
+        self.topology = topology or actor_group_topology(self.world_size, actor, ref, rollout)
+        self._register_meshes(self.topology)
         warning = stale_policy_warning(type(self))
         if warning:
             logger.warning(warning)
@@ -142,7 +147,7 @@ class ActorRolloutWorker(Worker):
         from verl_like.rollout.vllm import VLLMRolloutEngine
 
         hf_overrides = resolved_overrides(self.hf_config(), self.override_config) if self.override_config else {}
-        options = config.vllm_options(hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code)
+        options = vllm_engine_options(config, hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code)
         return VLLMRolloutEngine(self.model_path, options)
 
     def hf_config(self) -> Any:
@@ -174,11 +179,17 @@ class ActorRolloutWorker(Worker):
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Builds the FSDP actor (and reference), the rollout engine, and syncs the actor's weights into it."""
-        self.actor = PPOActor(FSDPEngine(self.engine_config), self.actor_config, rollout_n=self.rollout_config.n)
+        """Builds the actor's engine (and the reference's; engine/factory.py picks FSDP2 or Megatron by strategy), the
+        rollout engine, and syncs the actor's weights into it."""
+        actor_config = self.actor_config
+        engine = build_engine(self.engine_config, actor_config.strategy, actor_config.megatron)
+        self.actor = PPOActor(engine, actor_config, rollout_n=self.rollout_config.n)
         if self.ref_config is not None:
             ref_engine = reference_engine_config(self.engine_config, self.ref_config)
-            self.ref = ReferencePolicy(FSDPEngine(ref_engine))
+            ref = self.ref_config
+            self.ref = ReferencePolicy(build_engine(
+                ref_engine, ref.strategy or actor_config.strategy, ref.megatron or actor_config.megatron
+            ))
             self.ref.engine.offload()
         if self.rollout_config.mode == "server":
             # The rollout lives in vLLM servers; connect_rollout_servers() builds the transport to them.
@@ -229,14 +240,14 @@ class ActorRolloutWorker(Worker):
         metrics = {}
         if self._synced_step != actor.engine.global_step:
             metrics.update(self._sync_weights())
-        sampling = self.rollout_config.sampling(
-            validate=bool(prompts.meta_info.get("validate", False)),
+        sampling = sampling_config(
+            self.rollout_config, validate=bool(prompts.meta_info.get("validate", False)),
             greedy=prompts.meta_info.get("do_sample", True) is False,
         )
         if "seed" in prompts.meta_info and sampling.do_sample:
             # A per-call seed makes a step's samples reproducible (resume == uninterrupted run); this TP group's
             # prompts take the seeds after those of the DP ranks before it.
-            dp_rank = self.rank // self.rollout_config.tensor_model_parallel_size
+            dp_rank = self._rollout_layout().coord(self.rank).dp_rank
             first = int(prompts.meta_info["seed"]) + dp_rank * len(prompts) * sampling.n
             sampling = dataclasses.replace(sampling, seed=first)
         self._wake_rollout()
@@ -268,7 +279,7 @@ class ActorRolloutWorker(Worker):
             out.meta_info["metrics"] = self._log_prob_diff(data, out.batch["old_log_probs"])
         return out
 
-    @register(dispatch=Dispatch.DP_MESH, mesh="actor")
+    @register(dispatch=Dispatch.DP_MESH, mesh="ref")
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """"ref_log_probs" `(batch, response_len)` under the reference policy (meta_info["temperature"])."""
         ref = self._require(self.ref, "compute_ref_log_prob", "build the worker with ref=RefConfig(...)")
@@ -348,6 +359,26 @@ class ActorRolloutWorker(Worker):
 
     # ----- internals -----
 
+    def _register_meshes(self, topology: Topology) -> None:
+        """The dispatch meshes of this rank: "actor", "ref" (the actor's when no reference runs, so that a call
+        reaches the worker and says what is missing) and, colocated, "rollout"."""
+        layouts = {"actor": topology.actor, "ref": topology.ref or topology.actor, "rollout": topology.rollout}
+        for name, layout in layouts.items():
+            if layout is None:
+                continue
+            if layout.world_size != self.world_size:
+                raise ValueError(
+                    f"{type(self).__name__}: the {name} topology spans {layout.world_size} ranks but this group has "
+                    f"{self.world_size}; build the Topology from the same trainer.nnodes * trainer.n_gpus_per_node"
+                )
+            dp_rank, dp_size, is_collect = layout.mesh(self.rank)
+            self.register_mesh(name, dp_rank=dp_rank, dp_size=dp_size, is_collect=is_collect)
+
+    def _rollout_layout(self) -> RoleTopology:
+        if self.topology.rollout is None:
+            raise RuntimeError("the rollout has no TP groups in this group (rollout.mode=server)")
+        return self.topology.rollout
+
     @staticmethod
     def _require(value, op: str, fix: str = "call init_model() on the group first"):
         if value is None:
@@ -355,7 +386,7 @@ class ActorRolloutWorker(Worker):
         return value
 
     @contextmanager
-    def _onloaded(self, engine: FSDPEngine) -> Iterator[None]:
+    def _onloaded(self, engine: TrainEngine) -> Iterator[None]:
         engine.onload()
         try:
             yield
@@ -363,7 +394,7 @@ class ActorRolloutWorker(Worker):
             engine.offload()
 
     @contextmanager
-    def _log_prob_micro_batching(self, engine: FSDPEngine) -> Iterator[None]:
+    def _log_prob_micro_batching(self, engine: TrainEngine) -> Iterator[None]:
         """The engine micro-batches as rollout.log_prob_* say while computing old log-probs."""
         config = self.rollout_config
         saved = engine.config
@@ -449,8 +480,8 @@ class ActorRolloutWorker(Worker):
 
     def _global_rollout_rate(self, out: DataProto, seconds: float) -> dict[str, float]:
         """Tokens generated by every TP group over the slowest group's time (all ranks call this together)."""
-        tp = self.rollout_config.tensor_model_parallel_size
-        tokens = float(out.batch["response_mask"].sum()) if self.rank % tp == 0 else 0.0
+        collects = self._rollout_layout().coord(self.rank).is_collect  # one count per TP group
+        tokens = float(out.batch["response_mask"].sum()) if collects else 0.0
         totals = torch.tensor([tokens], dtype=torch.float64)
         slowest = torch.tensor([seconds], dtype=torch.float64)
         dist.all_reduce(totals)

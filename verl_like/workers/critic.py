@@ -6,9 +6,11 @@
     values = group.compute_values(batch)                        # DataProto "values" (batch, response_len)
     metrics = group.update_critic(batch).meta_info["metrics"]   # {"critic/vf_loss": [one value per rank], ...}
 
-DP-dispatched calls split the batch evenly over the ranks. The dispatcher pads a batch whose size does not
-divide by the group size with repeated rows, which would bias an update: send update batches of a multiple of
-critic.ppo_mini_batch_size x rollout.n samples (itself a multiple of the group size).
+compute_values / update_critic go through the "critic" mesh (its data-parallel ranks: every rank with fsdp2,
+megatron's DP ranks otherwise, from the critic's RoleTopology) and split the batch evenly over them. The
+dispatcher pads a batch whose size does not divide by the DP size with repeated rows, which would bias an update:
+send update batches of a multiple of critic.ppo_mini_batch_size x rollout.n samples (itself a multiple of the DP
+size).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import torch
 
 from verl_like.algorithms import LossNormalizer, compute_value_loss
 from verl_like.config.critic import CriticConfig
-from verl_like.engine.base import LossFn
-from verl_like.engine.fsdp import FSDPEngine
+from verl_like.config.topology import RoleTopology, role_topology
+from verl_like.engine.base import LossFn, TrainEngine
+from verl_like.engine.factory import build_engine
+from verl_like.engine.from_config import critic_engine_config
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, Worker, register
@@ -44,6 +48,8 @@ class CriticWorker(Worker):
       prompts x rollout_n samples.
     total_training_steps: the run's optimizer steps (needed by a cosine schedule or a warmup ratio).
     seed: seeds the value head's initialisation.
+    topology: the critic's RoleTopology (`config.derived.topology.critic`), whose layout gives this rank's "critic"
+      mesh; None computes it from config.strategy / config.megatron over this group's world.
     """
 
     def __init__(
@@ -54,23 +60,36 @@ class CriticWorker(Worker):
         rollout_n: int,
         total_training_steps: int | None = None,
         seed: int = 0,
+        topology: RoleTopology | None = None,
     ) -> None:
         config.mini_batch_size_per_rank(1, rollout_n)  # rejects rollout_n < 1 at construction
         self.config = config
         self.rollout_n = rollout_n
-        self.engine_config = config.to_engine_config(model_path, total_training_steps=total_training_steps, seed=seed)
-        self._engine: FSDPEngine | None = None
+        self.engine_config = critic_engine_config(
+            config, model_path, total_training_steps=total_training_steps, seed=seed
+        )
+        self.topology = topology or role_topology(
+            "critic", self.world_size, config.strategy, config.megatron, config.PREFIX
+        )
+        if self.topology.world_size != self.world_size:
+            raise ValueError(
+                f"CriticWorker: the critic topology spans {self.topology.world_size} ranks but this group has "
+                f"{self.world_size}; build it over the critic's pool (critic_pool, or the trainer's when colocated)"
+            )
+        dp_rank, dp_size, is_collect = self.topology.mesh(self.rank)
+        self.register_mesh("critic", dp_rank=dp_rank, dp_size=dp_size, is_collect=is_collect)
+        self._engine: TrainEngine | None = None
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Joins the group's process group and builds the FSDP value model with its optimizer."""
+        """Joins the group's process group and builds the value model with its optimizer (engine/factory.py)."""
         self.init_distributed()
-        self._engine = FSDPEngine(self.engine_config)
+        self._engine = build_engine(self.engine_config, self.config.strategy, self.config.megatron)
         self._engine.offload()  # a no-op unless fsdp_config asks to offload between calls
         logger.info("critic rank %d: model built from %s", self.rank, self.engine_config.model_path)
 
     @contextmanager
-    def _onloaded(self, op: str) -> Iterator[FSDPEngine]:
+    def _onloaded(self, op: str) -> Iterator[TrainEngine]:
         if self._engine is None:
             raise RuntimeError(f"CriticWorker.{op}: the model is not built; call init_model() on the group first")
         self._engine.onload()
@@ -79,13 +98,13 @@ class CriticWorker(Worker):
         finally:
             self._engine.offload()
 
-    @register(dispatch=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch=Dispatch.DP_MESH, mesh="critic")
     def compute_values(self, data: DataProto) -> DataProto:
         """"values" `(batch, response_len)` of the critic at each response position (0 on padding)."""
         with self._onloaded("compute_values") as engine:
             return engine.forward(data)
 
-    @register(dispatch=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch=Dispatch.DP_MESH, mesh="critic")
     def update_critic(self, data: DataProto) -> DataProto:
         """PPO epochs of the clipped value loss; a rowless DataProto with meta_info["metrics"].
 

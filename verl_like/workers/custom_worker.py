@@ -48,6 +48,12 @@ def takes_framework_args(cls: type) -> bool:
     return variadic or "model_path" in {p.name for p in params}
 
 
+def accepts_keyword(cls: type, name: str) -> bool:
+    """Whether `cls(...)` takes the keyword argument `name` (named in its constructor, or through **kwargs)."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
 def _overrides(cls: type, name: str) -> bool:
     return getattr(cls, name) is not getattr(ActorRolloutWorker, name)
 

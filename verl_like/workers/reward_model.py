@@ -6,7 +6,7 @@
     rm = group.compute_rm_score(batch)     # DataProto "rm_scores" (batch, response_len)
 
 The model reads each whole (prompt + response) sequence as the rollout produced it (the same token ids, so the
-reward model must share the policy's tokenizer: `check_same_tokenizer` refuses another one before any worker
+reward model must share the policy's tokenizer: config/tokenizer_check.py refuses another one before any worker
 starts) and its one output at the last valid token is the score. That score sits on the last valid response
 token of "rm_scores", zero elsewhere, like the rule scores of verl_like/rewards/manager.py. The trainer runs it
 as one more role in each process of the hybrid group (as the critic); on its own group it works the same.
@@ -15,15 +15,12 @@ as one more role in each process of the hybrid group (as the critic); on its own
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any
-
 import torch
-from transformers import AutoTokenizer
 
-from verl_like.config.errors import ConfigError
 from verl_like.config.reward import RewardModelConfig
-from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.base import TrainEngine
+from verl_like.engine.factory import build_engine
+from verl_like.engine.from_config import reward_model_engine_config
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, Worker, register
@@ -45,33 +42,6 @@ def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> to
     return token_level
 
 
-def check_same_tokenizer(
-    policy_tokenizer: Any,
-    reward_model_path: str | Path,
-    key: str = "reward_model.model.path",
-    trust_remote_code: bool = False,
-) -> None:
-    """Raises ConfigError unless the model at `reward_model_path` has the policy's vocabulary and special tokens.
-
-    The reward model scores the rollout's token ids as they are; with another tokenizer those ids would mean
-    other text and the scores nothing. `key` names the config key in the message; trust_remote_code is passed to
-    AutoTokenizer for that directory.
-    """
-    other = AutoTokenizer.from_pretrained(str(reward_model_path), trust_remote_code=trust_remote_code)
-    mismatches = []
-    if other.get_vocab() != policy_tokenizer.get_vocab():
-        mismatches.append(f"vocabularies differ ({len(other)} vs the policy's {len(policy_tokenizer)} tokens)")
-    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
-        if getattr(other, name) != getattr(policy_tokenizer, name):
-            mismatches.append(f"{name} {getattr(other, name)} vs the policy's {getattr(policy_tokenizer, name)}")
-    if mismatches:
-        raise ConfigError(
-            f"{key}={str(reward_model_path)!r} has a tokenizer other than the policy's: {'; '.join(mismatches)}. "
-            "verl_like feeds the rollout's token ids to that model unchanged, so it must share the policy's "
-            "tokenizer; use a model fine-tuned from the policy's family (or re-tokenize in a custom reward function)"
-        )
-
-
 class RewardModelWorker(Worker):
     """One rank of the reward-model role.
 
@@ -82,14 +52,14 @@ class RewardModelWorker(Worker):
 
     def __init__(self, config: RewardModelConfig, seed: int = 0) -> None:
         self.config = config
-        self.engine_config = config.to_engine_config(seed=seed)
-        self._engine: FSDPEngine | None = None
+        self.engine_config = reward_model_engine_config(config, seed=seed)
+        self._engine: TrainEngine | None = None
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Joins the group's process group and builds the FSDP sequence classifier (no optimizer)."""
         self.init_distributed()
-        self._engine = FSDPEngine(self.engine_config)
+        self._engine = build_engine(self.engine_config, self.config.strategy)  # reward_model.strategy: fsdp2 only
         self._engine.offload()  # a no-op unless fsdp_config.param_offload
         logger.info("reward model rank %d: built from %s", self.rank, self.engine_config.model_path)
 

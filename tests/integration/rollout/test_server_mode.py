@@ -18,6 +18,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402
 from verl_like.config.rollout import RolloutConfig, RolloutServerConfig  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
+from verl_like.rollout.from_config import sampling_config  # noqa: E402
 from verl_like.rollout.server_client import ServerClient, ServerError  # noqa: E402
 from verl_like.rollout.servers import ServerRollout  # noqa: E402
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup  # noqa: E402
@@ -111,4 +112,4 @@ def test_server_rollout_batch_layout_and_seeded_reproducibility(linked):
 def test_a_dead_server_is_named_in_the_error(linked):
     client = ServerClient("http://127.0.0.1:9", "server 3", timeout_s=5)  # nothing listens on port 9
     with pytest.raises(ServerError, match=r"server 3 \(http://127.0.0.1:9\): (GET|POST) /v1/\w+ failed: ConnectError"):
-        ServerRollout([client], pad_token_id=0).generate(linked["prompts"], linked["handle"].config.sampling())
+        ServerRollout([client], pad_token_id=0).generate(linked["prompts"], sampling_config(linked["handle"].config))

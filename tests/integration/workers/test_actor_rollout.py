@@ -25,6 +25,7 @@ from verl_like.models.tiny import build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.resharding.layout import ModelShape  # noqa: E402
 from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
+from verl_like.rollout.from_config import sampling_config  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
@@ -167,7 +168,7 @@ def test_greedy_tokens_after_the_update_match_hf_on_the_updated_weights(trained,
     group, rollout, prompts = trained["group"], trained["rollout"], trained["prompts"]
     assert trained["update"].meta_info["metrics"]["actor/grad_norm"][0] > 0
     updated = hf_model(model_dir, group.full_actor_state()[0])
-    greedy = rollout.sampling(greedy=True)
+    greedy = sampling_config(rollout, greedy=True)
     expected = HFRolloutEngine(updated).generate(prompts, greedy)
     got = group.generate_sequences(with_meta(prompts, validate=True))  # val_kwargs: greedy by default
     assert torch.equal(got.batch["responses"], expected.batch["responses"])

@@ -24,12 +24,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from verl_like.config.actor import ActorConfig, FSDPConfig, OptimConfig, PolicyLossOptions
 from verl_like.config.model import RefConfig
 from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.from_config import actor_engine_config, reference_engine_config
 from verl_like.models.tiny import build_tiny_model
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, Worker, WorkerGroup, register
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.ppo_update import epoch_order
-from verl_like.workers.reference import ReferencePolicy, reference_engine_config
+from verl_like.workers.reference import ReferencePolicy
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import test modules
 
@@ -73,8 +74,9 @@ class PolicyHost(Worker):
         singles = [dist.new_group([rank]) for rank in range(self.world_size)]  # collective: every rank makes all
         self.solo_mesh = DeviceMesh.from_group(singles[self.rank], "cpu", mesh_dim_names=("dp",))
         config = _config()
-        self.actor = PPOActor(FSDPEngine(config.to_engine_config(self.model_dir)), config, rollout_n=1)
-        self.reference = ReferencePolicy(FSDPEngine(reference_engine_config(config.to_engine_config(self.model_dir))))
+        self.actor = PPOActor(FSDPEngine(actor_engine_config(config, self.model_dir)), config, rollout_n=1)
+        reference = reference_engine_config(actor_engine_config(config, self.model_dir))
+        self.reference = ReferencePolicy(FSDPEngine(reference))
 
     @register(dispatch=Dispatch.DP_COMPUTE_PROTO)
     def log_probs(self, batch: DataProto) -> DataProto:
@@ -102,7 +104,7 @@ class PolicyHost(Worker):
         self, batch: DataProto, config: ActorConfig, rollout_n: int, solo: bool, orders: list | None = None
     ) -> dict:
         """Full batch in; DP runs use this rank's chunk, solo runs the whole batch once per entry of `orders`."""
-        engine = RecordingEngine(config.to_engine_config(self.model_dir), self.solo_mesh if solo else None)
+        engine = RecordingEngine(actor_engine_config(config, self.model_dir), self.solo_mesh if solo else None)
         actor = PPOActor(engine, config, rollout_n)
         if solo:
             metrics = [actor.update_policy(batch[order] if order is not None else batch) for order in orders or [None]]
@@ -303,7 +305,7 @@ def test_update_policy_names_what_the_batch_lacks():
 
 def test_reference_engine_config_drops_the_optimizer(model_dir):
     offloading = FSDPConfig(optimizer_offload=True, param_offload=True)
-    actor_engine = _config(fsdp_config=offloading).to_engine_config(model_dir)
+    actor_engine = actor_engine_config(_config(fsdp_config=offloading), model_dir)
     reference = reference_engine_config(actor_engine)
     assert reference.inference_only and not reference.optimizer_offload and reference.param_offload
     assert dataclasses.replace(reference, inference_only=False, optimizer_offload=True) == actor_engine
@@ -312,7 +314,7 @@ def test_reference_engine_config_drops_the_optimizer(model_dir):
 
 
 def test_reference_engine_config_applies_the_ref_node(model_dir):
-    actor_engine = _config().to_engine_config(model_dir)
+    actor_engine = actor_engine_config(_config(), model_dir)
     ref = RefConfig(
         log_prob_micro_batch_size_per_gpu=3, log_prob_use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=77,
         fsdp_config=FSDPConfig(model_dtype="bf16", param_dtype="bf16", reduce_dtype="fp32", param_offload=True,

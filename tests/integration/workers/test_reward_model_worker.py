@@ -14,10 +14,12 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from verl_like.config.actor import FSDPConfig
 from verl_like.config.errors import ConfigError
 from verl_like.config.reward import RewardModelConfig, RewardModelModelConfig
+from verl_like.config.tokenizer_check import check_same_tokenizer
+from verl_like.engine.from_config import reward_model_engine_config
 from verl_like.models.tiny import build_tiny_classifier, build_tokenizer
 from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerError, WorkerGroup
-from verl_like.workers.reward_model import RewardModelWorker, check_same_tokenizer, place_on_last_token
+from verl_like.workers.reward_model import RewardModelWorker, place_on_last_token
 
 PROMPT_LEN, RESPONSE_LEN = 5, 4
 # (prompt, response) valid lengths; 7 rows do not split over 2 ranks, so the dispatcher pads.
@@ -127,12 +129,12 @@ def test_engine_config_maps_every_key(model_dir):
                       reshard_after_forward=False)
     config = _config(model_dir, micro_batch_size_per_gpu=3, use_dynamic_bsz=True, forward_max_token_len_per_gpu=99,
                      model={"use_remove_padding": True, "fsdp_config": fsdp})
-    engine = config.to_engine_config(seed=7)
+    engine = reward_model_engine_config(config, seed=7)
     assert (engine.model_path, engine.model_kind, engine.inference_only, engine.seed) == (
         model_dir, "sequence_classifier", True, 7)
     assert (engine.dtype, engine.param_dtype, engine.reduce_dtype) == ("bfloat16", "bfloat16", "float32")
     assert (engine.micro_batch_size_per_rank, engine.use_dynamic_bsz, engine.max_tokens_per_rank) == (3, True, 99)
     assert engine.use_remove_padding and engine.param_offload and not engine.reshard_after_forward
-    assert _config(model_dir).to_engine_config().max_tokens_per_rank is None
+    assert reward_model_engine_config(_config(model_dir)).max_tokens_per_rank is None
     with pytest.raises(ConfigError, match=r"optimizer_offload=true but the reward model is inference-only"):
         RewardModelModelConfig(path=model_dir, fsdp_config=FSDPConfig(optimizer_offload=True))

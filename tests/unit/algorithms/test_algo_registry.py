@@ -33,6 +33,7 @@ def scratch_registries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let a test register names without leaking them into the other tests."""
     for registry in (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, KL_ESTIMATORS):
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+        monkeypatch.setattr(registry.accepted, "_names", set(registry.accepted._names))  # the config's names
 
 
 def test_builtin_names() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from verl_like.config.actor import ActorConfig, FSDPConfig, OptimConfig, PolicyLossOptions
 from verl_like.config.critic import CriticConfig
+from verl_like.engine.from_config import actor_engine_config, critic_engine_config
 
 ACTOR = "actor_rollout_ref.actor"
 
@@ -106,7 +107,7 @@ def test_actor_engine_config_carries_every_setting():
         fsdp_config=FSDPConfig(model_dtype="fp32", param_dtype="bf16", reduce_dtype="fp32", param_offload=True,
                                optimizer_offload=True, offload_policy=True, reshard_after_forward=False),
     )
-    engine = config.to_engine_config("/models/tiny", total_training_steps=20, seed=7)
+    engine = actor_engine_config(config, "/models/tiny", total_training_steps=20, seed=7)
     assert engine.model_kind == "causal_lm"
     assert (engine.model_path, engine.seed) == ("/models/tiny", 7)
     assert (engine.lr, engine.weight_decay, engine.betas, engine.eps) == (2e-5, 0.1, (0.8, 0.9), 1e-6)
@@ -120,26 +121,26 @@ def test_actor_engine_config_carries_every_setting():
 
 def test_dynamic_batching_passes_the_token_budget():
     engine = _actor(ppo_micro_batch_size_per_gpu=None, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=96)
-    converted = engine.to_engine_config("/m")
+    converted = actor_engine_config(engine, "/m")
     assert (converted.use_dynamic_bsz, converted.max_tokens_per_rank) == (True, 96)
 
 
 def test_warmup_ratio_needs_and_uses_total_steps():
     config = _actor(optim=OptimConfig(lr_warmup_steps_ratio=0.25))
-    assert config.to_engine_config("/m", total_training_steps=40).warmup_steps == 10
+    assert actor_engine_config(config, "/m", total_training_steps=40).warmup_steps == 10
     with pytest.raises(ValueError, match=rf"{ACTOR}\.optim\.lr_warmup_steps_ratio=0.25 .*total_training_steps"):
-        config.to_engine_config("/m")
+        actor_engine_config(config, "/m")
     explicit = _actor(optim=OptimConfig(lr_warmup_steps=5, lr_warmup_steps_ratio=0.25))
-    assert explicit.to_engine_config("/m", total_training_steps=40).warmup_steps == 5  # explicit steps win
+    assert actor_engine_config(explicit, "/m", total_training_steps=40).warmup_steps == 5  # explicit steps win
 
 
 def test_cosine_needs_total_steps_naming_the_key():
     with pytest.raises(ValueError, match=r"critic\.optim\.lr_scheduler_type='cosine'.*total_training_steps"):
-        _critic(optim=OptimConfig(lr_scheduler_type="cosine")).to_engine_config("/m")
+        critic_engine_config(_critic(optim=OptimConfig(lr_scheduler_type="cosine")), "/m")
 
 
 def test_critic_engine_config_is_a_value_model():
-    engine = _critic(cliprange_value=None, fsdp_config=FSDPConfig(model_dtype="bf16")).to_engine_config("/m")
+    engine = critic_engine_config(_critic(cliprange_value=None, fsdp_config=FSDPConfig(model_dtype="bf16")), "/m")
     assert (engine.model_kind, engine.dtype, engine.lr) == ("value", "bfloat16", 1e-5)
 
 

@@ -56,10 +56,10 @@ BAD_CONFIGS = [
     (["actor_rollout_ref.actor.ppo_mini_batch_size=64"],
      "actor_rollout_ref.actor.ppo_mini_batch_size=64 is larger than data.train_batch_size=32"),
     (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=24"],
-     "is not divisible by world size 2 x actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=24"),
-    (["trainer.n_gpus_per_node=3"], "64 samples is not divisible by the world size 3"),
+     "is not divisible by data-parallel size 2 x actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=24"),
+    (["trainer.n_gpus_per_node=3"], "64 samples is not divisible by the data-parallel size 3"),
     (["actor_rollout_ref.rollout.tensor_model_parallel_size=4"],
-     "actor_rollout_ref.rollout.tensor_model_parallel_size=4 does not divide the world size 2"),
+     "actor_rollout_ref.rollout.tensor_model_parallel_size=4 does not divide the 2 ranks"),
     (["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=24"],
      "x critic.ppo_micro_batch_size_per_gpu=24"),
     # lengths across nodes

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from verl_like.config import ConfigError, PPOConfig, compose_config, list_presets, load_config, to_typed, validate
 from verl_like.config.convert import FrozenDict, valid_keys
 from verl_like.config.loader import DEFAULT_CONFIG_DIR
+from verl_like.rollout.from_config import vllm_engine_options
 
 PRESETS = list_presets()
 FREE_FORM = ("actor_rollout_ref.model.tiny_spec", "actor_rollout_ref.model.override_config",
@@ -257,5 +258,5 @@ def _is_node(key: str) -> bool:
 
 def test_sleep_level_reaches_the_vllm_engine_options():
     config = load_config(["actor_rollout_ref.rollout.sleep_level=2"], check_paths=False)
-    assert config.actor_rollout_ref.rollout.vllm_options().sleep_level == 2
-    assert load_config([], check_paths=False).actor_rollout_ref.rollout.vllm_options().sleep_level == 1
+    assert vllm_engine_options(config.actor_rollout_ref.rollout).sleep_level == 2
+    assert vllm_engine_options(load_config([], check_paths=False).actor_rollout_ref.rollout).sleep_level == 1

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from verl_like.config import ConfigError, compose_config, load_config, to_typed, validate
+from verl_like.engine.from_config import actor_engine_config, critic_engine_config, reward_model_engine_config
 from verl_like.models.tiny import build_tiny_classifier, build_tiny_model, build_tokenizer
 
 SMOKE = ["+trainer=ci_smoke"]
@@ -89,7 +90,7 @@ def test_unknown_override_is_not_checked_without_path_checks(dirs):
 
 
 def test_valid_overrides_reach_the_actor_reference_and_critic_engine_configs(dirs):
-    from verl_like.workers.reference import reference_engine_config
+    from verl_like.engine.from_config import reference_engine_config
 
     config = load_config(SMOKE + GAE + [
         f"actor_rollout_ref.model.path={dirs['policy']}",
@@ -100,21 +101,22 @@ def test_valid_overrides_reach_the_actor_reference_and_critic_engine_configs(dir
         f"critic.model.tokenizer_path={dirs['same']}",
     ])
     model = config.actor_rollout_ref.model
-    actor = config.actor_rollout_ref.actor.to_engine_config(
-        dirs["policy"], override_config=model.override_config, trust_remote_code=model.trust_remote_code
+    actor = actor_engine_config(
+        config.actor_rollout_ref.actor, dirs["policy"], override_config=model.override_config,
+        trust_remote_code=model.trust_remote_code,
     )
     assert actor.overrides == {"attention_dropout": 0.0, "rope_parameters": {"rope_theta": 20000.0}}
     assert actor.trust_remote_code
     ref = reference_engine_config(actor, config.actor_rollout_ref.ref)
     assert ref.override_config == actor.override_config and ref.trust_remote_code
-    critic = config.critic.to_engine_config(dirs["policy"])
+    critic = critic_engine_config(config.critic, dirs["policy"])
     assert critic.overrides == {"max_position_embeddings": 4096} and not critic.trust_remote_code
     assert critic.model_kind == "value"
 
 
 def test_critic_trust_remote_code_reaches_its_engine_config():
     config = load_config(SMOKE + GAE + ["critic.model.trust_remote_code=true"])
-    assert config.critic.to_engine_config("/m").trust_remote_code
+    assert critic_engine_config(config.critic, "/m").trust_remote_code
 
 
 def test_trust_remote_code_lets_a_remote_code_model_validate(dirs):
@@ -130,9 +132,9 @@ def test_reward_model_trust_remote_code_is_accepted_and_reaches_the_engine_confi
         "reward_model.enable=true", f"reward_model.model.path={dirs['rm']}",
         "reward_model.model.trust_remote_code=true",
     ])
-    assert config.reward_model.to_engine_config().trust_remote_code
+    assert reward_model_engine_config(config.reward_model).trust_remote_code
     plain = load_config(SMOKE + ["reward_model.enable=true", f"reward_model.model.path={dirs['rm']}"])
-    assert not plain.reward_model.to_engine_config().trust_remote_code
+    assert not reward_model_engine_config(plain.reward_model).trust_remote_code
 
 
 def test_a_critic_tokenizer_equal_to_the_policys_validates(dirs):

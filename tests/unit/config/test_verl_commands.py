@@ -73,7 +73,7 @@ def test_no_arguments_run_the_embedded_default_task_also_as_a_preset():
 
 def test_verl_value_forms_and_accepted_keys_translate():
     out, notes = translate_overrides([
-        "actor_rollout_ref.actor.strategy=fsdp", "critic.strategy=fsdp2", "trainer.default_hdfs_dir=null",
+        "trainer.default_hdfs_dir=null",
         "actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.rollout.enable_chunked_prefill=True", "data.dataloader_num_workers=8",
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1", "trainer.logger=console",
@@ -83,7 +83,6 @@ def test_verl_value_forms_and_accepted_keys_translate():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.actor.strategy=megatron", "FSDP2 only"),
     ("trainer.default_hdfs_dir=/hdfs/ckpt", "trainer.default_local_dir"),
     ("actor_rollout_ref.actor.ppo_micro_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
     ("actor_rollout_ref.actor.use_torch_compile=True", "runs eagerly"),

@@ -1,5 +1,6 @@
-"""actor_rollout_ref.model's override_config / trust_remote_code reach vLLM: through RolloutConfig.vllm_options,
-build_llm_kwargs and vLLM's own model config (built from the kwargs without starting an engine)."""
+"""actor_rollout_ref.model's override_config / trust_remote_code reach vLLM: through
+rollout/from_config.vllm_engine_options, build_llm_kwargs and vLLM's own model config (built from the kwargs
+without starting an engine)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from verl_like.config.rollout import RolloutConfig
 from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.models.tiny import build_tiny_model
+from verl_like.rollout.from_config import vllm_engine_options
 from verl_like.rollout.vllm import VLLMEngineOptions, build_llm_kwargs
 
 
@@ -24,7 +26,7 @@ def test_options_default_to_no_overrides_and_no_remote_code():
 
 
 def test_rollout_config_passes_overrides_and_trust_remote_code():
-    options = RolloutConfig().vllm_options(hf_overrides={"use_cache": False, "b": 1}, trust_remote_code=True)
+    options = vllm_engine_options(RolloutConfig(), hf_overrides={"use_cache": False, "b": 1}, trust_remote_code=True)
     assert options.hf_overrides == (("b", 1), ("use_cache", False)) and options.trust_remote_code
     assert dataclasses.replace(options, seed=1).hf_overrides == options.hf_overrides
     kwargs = build_llm_kwargs("/m", options)

@@ -28,10 +28,10 @@ def test_fixed_timeout_ignores_history():
 
 def test_trainer_keys_build_the_policy_and_are_checked():
     config = load_config(["+trainer=ci_smoke", "trainer.timeouts.call_timeout_factor=4"], check_paths=False)
-    timeouts = config.trainer.timeouts.call_timeouts()
+    timeouts = CallTimeouts.from_config(config.trainer.timeouts)
     assert timeouts.fixed_s is None and timeouts.factor == 4 and timeouts.min_s == 120
     fixed = load_config(["+trainer=ci_smoke", "trainer.timeouts.worker_call_timeout_s=30"], check_paths=False)
-    assert fixed.trainer.timeouts.call_timeouts().timeout_for("x") == 30
+    assert CallTimeouts.from_config(fixed.trainer.timeouts).timeout_for("x") == 30
     with pytest.raises(ConfigError, match=r"trainer.timeouts.min_call_timeout_s=0.0 must be > 0"):
         load_config(["+trainer=ci_smoke", "trainer.timeouts.min_call_timeout_s=0"], check_paths=False)
 

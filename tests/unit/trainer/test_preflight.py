@@ -147,3 +147,21 @@ def test_busy_dashboard_port_is_refused(tmp_path):
         config = _config(tmp_path, "trainer.ray_init.include_dashboard=true", f"trainer.ray_init.dashboard_port={port}")
         with pytest.raises(PreflightError, match=rf"trainer.ray_init.dashboard_port={port} on 127.0.0.1 is not free"):
             run_preflight(config, joining_cluster=False)
+
+
+def test_megatron_needs_megatron_core_importable_and_fsdp2_does_not(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    present = {"megatron.core": False}
+
+    def find_spec(name, *args):
+        if name == "megatron.core":
+            return object() if present[name] else None
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    megatron = _config(tmp_path, "actor_rollout_ref.actor.strategy=megatron")
+    with pytest.raises(PreflightError, match=r"actor_rollout_ref.actor.strategy=megatron needs megatron-core"):
+        preflight.check_training_backends(megatron)
+    preflight.check_training_backends(_config(tmp_path))  # fsdp2 needs no megatron-core
+    present["megatron.core"] = True
+    preflight.check_training_backends(megatron)

@@ -1,0 +1,144 @@
+"""EngineConfig of each trained or scored role, from its frozen config node (the workers call these).
+
+Each `fsdp_config` node maps to the engine's dtype and memory fields in one place (`_fsdp_fields`).
+
+    engine = build_engine(actor_engine_config(actor, model_path, total_training_steps=steps), actor.strategy,
+                          actor.megatron)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from verl_like.config.actor import ActorConfig, FSDPConfig, PPOUpdateNode
+from verl_like.config.critic import CriticConfig
+from verl_like.config.errors import ConfigError
+from verl_like.config.model import RefConfig
+from verl_like.config.reward import RewardModelConfig
+from verl_like.config.roles import CriticRoleConfig
+from verl_like.engine.config import EngineConfig
+
+
+def _fsdp_fields(fsdp: FSDPConfig) -> dict[str, Any]:
+    """The EngineConfig fields an `fsdp_config` node sets (optimizer_offload apart: only trained roles have it)."""
+    return {
+        "dtype": fsdp.model_dtype,
+        "param_dtype": fsdp.param_dtype,
+        "reduce_dtype": fsdp.reduce_dtype,
+        "param_offload": fsdp.param_offload,
+        "offload_policy": fsdp.offload_policy,
+        "reshard_after_forward": fsdp.reshard_after_forward,
+    }
+
+
+def build_engine_config(
+    node: PPOUpdateNode,
+    model_kind: str,
+    model_path: str,
+    total_training_steps: int | None,
+    seed: int,
+    *,
+    override_config: Mapping[str, Any] | None = None,
+    trust_remote_code: bool = False,
+) -> EngineConfig:
+    """The EngineConfig of the actor or critic node; override_config / trust_remote_code come from the role's
+    `model` node (actor_rollout_ref.model or critic.model)."""
+    optim, fsdp = node.optim, node.fsdp_config
+    if optim.lr_scheduler_type == "cosine" and total_training_steps is None:
+        raise ValueError(
+            f"{node.PREFIX}.optim.lr_scheduler_type='cosine' needs the run's number of optimizer steps; pass "
+            "total_training_steps (the trainer computes it from the data size and epochs)"
+        )
+    return EngineConfig(
+        model_path=model_path,
+        model_kind=model_kind,
+        gradient_checkpointing=node.gradient_checkpointing,
+        override_config=override_config or {},
+        trust_remote_code=trust_remote_code,
+        lr=optim.lr,
+        weight_decay=optim.weight_decay,
+        betas=optim.betas,
+        eps=optim.eps,
+        lr_scheduler=optim.lr_scheduler_type,
+        warmup_steps=optim.warmup_steps(total_training_steps, f"{node.PREFIX}.optim"),
+        total_steps=total_training_steps,
+        min_lr_ratio=optim.min_lr_ratio,
+        grad_clip=node.grad_clip,
+        # With dynamic batching the engine ignores the row count; 1 is a valid placeholder.
+        micro_batch_size_per_rank=node.ppo_micro_batch_size_per_gpu or 1,
+        use_dynamic_bsz=node.use_dynamic_bsz,
+        max_tokens_per_rank=node.ppo_max_token_len_per_gpu if node.use_dynamic_bsz else None,
+        use_remove_padding=node.use_remove_padding,
+        optimizer_offload=fsdp.optimizer_offload,
+        seed=seed,
+        **_fsdp_fields(fsdp),
+    )
+
+
+def actor_engine_config(
+    actor: ActorConfig,
+    model_path: str,
+    *,
+    total_training_steps: int | None = None,
+    seed: int = 0,
+    override_config: Mapping[str, Any] | None = None,
+    trust_remote_code: bool = False,
+) -> EngineConfig:
+    """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio;
+    override_config / trust_remote_code: actor_rollout_ref.model's)."""
+    return build_engine_config(
+        actor, "causal_lm", model_path, total_training_steps, seed,
+        override_config=override_config, trust_remote_code=trust_remote_code,
+    )
+
+
+def critic_engine_config(
+    critic: CriticConfig, model_path: str, *, total_training_steps: int | None = None, seed: int = 0
+) -> EngineConfig:
+    """The value-model EngineConfig of the critic (a causal-LM checkpoint gets a fresh value head from seed); the
+    `critic` role node also brings critic.model.override_config and trust_remote_code."""
+    model = critic.model if isinstance(critic, CriticRoleConfig) else None
+    return build_engine_config(
+        critic, "value", model_path, total_training_steps, seed,
+        override_config=model.override_config if model is not None else None,
+        trust_remote_code=model.trust_remote_code if model is not None else False,
+    )
+
+
+def reward_model_engine_config(reward_model: RewardModelConfig, seed: int = 0) -> EngineConfig:
+    """The inference-only sequence-classifier EngineConfig of the reward model (needs reward_model.model.path)."""
+    model = reward_model.model
+    if not model.path:
+        raise ConfigError("reward_model.model.path is unset; set it to a local reward-model directory")
+    return EngineConfig(
+        model_path=model.path,
+        model_kind="sequence_classifier",
+        micro_batch_size_per_rank=reward_model.micro_batch_size_per_gpu,
+        use_dynamic_bsz=reward_model.use_dynamic_bsz,
+        max_tokens_per_rank=reward_model.forward_max_token_len_per_gpu if reward_model.use_dynamic_bsz else None,
+        use_remove_padding=model.use_remove_padding,
+        trust_remote_code=model.trust_remote_code,
+        inference_only=True,
+        seed=seed,
+        **_fsdp_fields(model.fsdp_config),
+    )
+
+
+def reference_engine_config(actor_engine_config: EngineConfig, ref: RefConfig | None = None) -> EngineConfig:
+    """The actor's EngineConfig for a forward-only model (same weights, no optimizer).
+
+    Without `ref` it keeps the actor's dtypes and micro-batching; with the `actor_rollout_ref.ref` node, its
+    log_prob_* micro-batch keys and its fsdp_config (dtypes, param_offload, reshard_after_forward) apply.
+    """
+    config = dataclasses.replace(actor_engine_config, inference_only=True, optimizer_offload=False)
+    if ref is None:
+        return config
+    return dataclasses.replace(
+        config,
+        micro_batch_size_per_rank=ref.log_prob_micro_batch_size_per_gpu,
+        use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
+        max_tokens_per_rank=ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
+        **_fsdp_fields(ref.fsdp_config),
+    )

@@ -1,0 +1,59 @@
+"""What the `actor_rollout_ref.rollout` node becomes on the rollout side: sampling settings and vLLM's options.
+
+    sampling = sampling_config(rollout, validate=False)            # SamplingConfig of a training rollout
+    options = vllm_engine_options(rollout, trust_remote_code=True)  # VLLMEngineOptions of the in-process engine
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from verl_like.config.rollout import RolloutConfig
+from verl_like.rollout.base import SamplingConfig
+
+if TYPE_CHECKING:
+    from verl_like.rollout.vllm import VLLMEngineOptions
+
+
+def sampling_config(rollout: RolloutConfig, validate: bool = False, greedy: bool = False) -> SamplingConfig:
+    """The SamplingConfig of a training rollout, a validation rollout (`val_kwargs`), or greedy decoding
+    (one sample, argmax; e.g. ReMax's baseline). temperature 0 or do_sample False also mean greedy."""
+    source = rollout.val_kwargs if validate else rollout
+    if greedy or not source.do_sample or source.temperature == 0:
+        n = 1 if greedy else source.n
+        return SamplingConfig(n=n, do_sample=False, max_tokens=rollout.response_length, ignore_eos=rollout.ignore_eos)
+    return SamplingConfig(
+        n=source.n,
+        temperature=source.temperature,
+        top_p=source.top_p,
+        top_k=source.top_k if source.top_k > 0 else None,
+        max_tokens=rollout.response_length,
+        ignore_eos=rollout.ignore_eos,
+    )
+
+
+def vllm_engine_options(
+    rollout: RolloutConfig, *, hf_overrides: Mapping[str, Any] | None = None, trust_remote_code: bool = False
+) -> VLLMEngineOptions:
+    """The VLLMEngineOptions of the rollout node (the engine's context is `rollout.engine_max_model_len`).
+
+    hf_overrides / trust_remote_code: from actor_rollout_ref.model (its override_config, resolved against the
+    model's config, and trust_remote_code), so vLLM builds the model the training engine builds.
+    """
+    from verl_like.rollout.vllm import VLLMEngineOptions  # vLLM's module only when vLLM is the engine
+
+    return VLLMEngineOptions(
+        tensor_parallel_size=rollout.tensor_model_parallel_size,
+        dtype=rollout.dtype,
+        max_model_len=rollout.engine_max_model_len,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        enable_prefix_caching=rollout.enable_prefix_caching,
+        load_format=rollout.load_format,
+        seed=rollout.seed,
+        max_num_seqs=rollout.max_num_seqs,
+        enforce_eager=rollout.enforce_eager,
+        sleep_level=rollout.sleep_level,
+        hf_overrides=hf_overrides or {},
+        trust_remote_code=trust_remote_code,
+    )
