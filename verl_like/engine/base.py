@@ -108,10 +108,11 @@ class TrainEngine(abc.ABC):
         """Accumulates the gradient of the global loss over this rank's micro-batches (see the loss contract)."""
 
     @abc.abstractmethod
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, lr_scale: float = 1.0) -> float:
         """Clips, steps AdamW and the LR scheduler, zeroes gradients; returns the pre-clip global grad norm.
 
-        A non-finite norm skips the update (gradients are dropped, the step still counts).
+        A non-finite norm skips the update (gradients are dropped, the step still counts). `lr_scale` in (0, 1]
+        multiplies this step's learning rate only; the schedule (`current_lr`) is unchanged.
         """
 
     @property

@@ -228,9 +228,11 @@ class FSDPEngine(TrainEngine):
         dist.all_reduce(local_loss, group=self.group)
         return ForwardBackwardResult(loss=float(local_loss), metrics=dict(metrics), num_micro_batches=len(groups))
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, lr_scale: float = 1.0) -> float:
         self._require_onloaded("optimizer_step")
         optimizer = self._require_optimizer("optimizer_step")
+        if not 0.0 < lr_scale <= 1.0:
+            raise ValueError(f"FSDPEngine.optimizer_step: lr_scale={lr_scale} must lie in (0, 1]")
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
         if isinstance(grad_norm, DTensor):
@@ -241,7 +243,12 @@ class FSDPEngine(TrainEngine):
         else:
             if self.config.grad_clip is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, self.config.grad_clip, torch.tensor(grad_norm))
+            scheduled = [group["lr"] for group in optimizer.param_groups]
+            for group, lr in zip(optimizer.param_groups, scheduled):
+                group["lr"] = lr * lr_scale
             optimizer.step()
+            for group, lr in zip(optimizer.param_groups, scheduled):
+                group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self._global_step += 1

@@ -180,14 +180,17 @@ class PPOTrainer:
             return self._rollout(prompts, self.global_step, attempt)
 
     def _prefetched(self, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
-        """The asynchronous driver's batch for this step (generated in the background, at most K versions old)."""
+        """The asynchronous driver's batch for this step (generated in the background, at most K versions old),
+        with meta_info["lr_scale"], the factor on the actor's learning rate for a batch of its lag."""
         got = self._prefetcher.next(self.global_step, version=self.global_step)
         lag = self.global_step - got.version
         self._staleness_counts[lag] = self._staleness_counts.get(lag, 0) + 1
         timings["gen_wait"] = got.wait_s
+        got.batch.meta_info["lr_scale"] = self.config.async_training.lr_scale(lag)
         metrics.update({
             "async/weight_version": float(got.version),
             "async/staleness": float(lag),
+            "async/lr_scale": got.batch.meta_info["lr_scale"],
             "async/generate_s": got.generate_s,
             "async/overlap_fraction": max(0.0, 1.0 - got.wait_s / got.generate_s) if got.generate_s > 0 else 0.0,
             **{f"async/staleness_count/{k}": float(v) for k, v in sorted(self._staleness_counts.items())},

@@ -68,7 +68,9 @@ class PPOActor:
 
         The batch needs the model inputs, "old_log_probs", "advantages", "ref_log_probs" when use_kl_loss is on,
         optionally "response_mask" and "rollout_is_weights" (from `compute_rollout_is_weights` on the driver,
-        multiplying the per-token policy loss), and meta_info["temperature"] (the rollout's).
+        multiplying the per-token policy loss), meta_info["temperature"] (the rollout's) and optionally
+        meta_info["lr_scale"] (multiplies the learning rate of this update's steps; the asynchronous driver's
+        staleness scaling).
         Metrics: actor/pg_loss, actor/pg_clipfrac(_ratio_high, _ratio_low), actor/pg_clipfrac_lower (verl's:
         dual-clip active), actor/ppo_kl, actor/entropy (only
         when entropy_coeff != 0, the entropy the bonus used), actor/kl_loss and actor/kl_coef (with use_kl_loss),
@@ -85,6 +87,7 @@ class PPOActor:
             loss_scale_factor=self.config.loss_scale_factor,
             temperature=batch.meta_info["temperature"],
             calculate_entropy=self.config.entropy_coeff != 0,
+            lr_scale=float(batch.meta_info.get("lr_scale", 1.0)),
         )
         metrics = mean_metrics(history, "actor")
         if self.config.use_kl_loss:
@@ -108,7 +111,8 @@ class PPOActor:
                 "temperature (the log-probs must be computed as the rollout sampled)"
             )
         optional = [key for key in ("response_mask", "rollout_is_weights") if key in batch.batch.keys()]
-        return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=["temperature"])
+        meta = ["temperature"] + [key for key in ("lr_scale",) if key in batch.meta_info]
+        return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=meta)
 
     def make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
         """The PPO loss function of one mini-batch (policy loss, entropy bonus, KL loss); other objectives that

@@ -105,6 +105,7 @@ def run_ppo_update(
     loss_scale_factor: float | None = None,
     temperature: float = 1.0,
     calculate_entropy: bool = False,
+    lr_scale: float = 1.0,
 ) -> dict[str, list[float]]:
     """Runs `settings.ppo_epochs` passes over `batch` (this rank's rows), one optimizer step per mini-batch.
 
@@ -112,7 +113,8 @@ def run_ppo_update(
 
     `make_loss_fn(normalizer)` gives the loss function of one mini-batch (see verl_like.engine.base for the loss
     contract; its metrics come from `metric_entries`). Returns, per metric name, one value per mini-batch step
-    (same on every rank), plus "grad_norm" and "lr" (the learning rate each step used).
+    (same on every rank), plus "grad_norm" and "lr" (the learning rate each step used: the scheduled one times
+    `lr_scale`, which the asynchronous driver lowers for stale batches, see AsyncTrainingConfig).
     """
     mini_batch_size = settings.mini_batch_size_per_rank(engine.dp_size, rollout_n)
     check_rows(batch, settings, mini_batch_size)
@@ -135,8 +137,8 @@ def run_ppo_update(
                 mini_batch, make_loss_fn(normalizer), temperature=temperature, calculate_entropy=calculate_entropy
             )
             metrics = reduce_metrics(result.metrics, engine.dp_group)
-            metrics["lr"] = engine.current_lr
-            metrics["grad_norm"] = engine.optimizer_step()
+            metrics["lr"] = engine.current_lr * lr_scale
+            metrics["grad_norm"] = engine.optimizer_step(lr_scale=lr_scale)
             for name, value in metrics.items():
                 history[name].append(value)
     logger.debug("%s: %d optimizer steps from step %d", settings.PREFIX, engine.global_step - first_step, first_step)

@@ -99,6 +99,23 @@ def lr_schedule(ctx):
     return {"lrs": lrs, "global_step": engine.global_step}
 
 
+def scaled_lr_step(ctx):
+    """One step at lr_scale=0.5 (the asynchronous driver's staleness scaling), then the rejected scales."""
+    engine = _engine(ctx["model_dir"])
+    engine.forward_backward(_local(ctx["batch"], ctx["rank"], 4), policy_loss, temperature=TEMPERATURE)
+    grad_norm = engine.optimizer_step(lr_scale=0.5)
+    refusals = {}
+    for scale in (0.0, 1.5):
+        try:
+            engine.optimizer_step(lr_scale=scale)
+            refusals[scale] = "no error"
+        except ValueError as exc:
+            refusals[scale] = str(exc)
+    weights = _full_weights(engine)  # a collective: every rank iterates
+    return {"grad_norm": grad_norm, "lr_after": engine.current_lr, "refusals": refusals,
+            "global_step": engine.global_step, "weights": weights if ctx["rank"] == 0 else None}
+
+
 def non_finite_gradient(ctx):
     engine = _engine(ctx["model_dir"])
     before = _full_weights(engine)
@@ -230,7 +247,7 @@ def planning_errors(ctx):
 
 def _scenarios():
     scenarios = {name: (data_parallel, args) for name, args in DATA_PARALLEL_SCENARIOS.items()}
-    for function in (lr_schedule, non_finite_gradient, checkpoint_resume, export, offload_round_trip,
+    for function in (lr_schedule, scaled_lr_step, non_finite_gradient, checkpoint_resume, export, offload_round_trip,
                      planning_errors):
         scenarios[function.__name__] = (function, ())
     return scenarios

@@ -75,6 +75,21 @@ def test_the_weights_actually_moved(engine_runs, tiny_model_dir):
     assert moved == pytest.approx(LR, rel=0.05)  # Adam's first step moves each weight by about lr
 
 
+def test_lr_scale_steps_at_the_scaled_rate_and_leaves_the_schedule(engine_runs, tiny_model_dir, batch):
+    model = load_model(EngineConfig(model_path=tiny_model_dir)).double()
+    _, grad_norm, expected_weights = reference_step(model, "causal_lm", batch, LR * 0.5, ADAM_EPS, grad_clip=1.0)
+    results = engine_runs.get("scaled_lr_step")
+    for result in results:
+        assert result["grad_norm"] == pytest.approx(grad_norm, rel=1e-5)
+        assert result["lr_after"] == LR  # only that step was scaled
+        assert result["global_step"] == 1  # the rejected scales took no step
+        for scale, message in result["refusals"].items():
+            assert message == f"FSDPEngine.optimizer_step: lr_scale={scale} must lie in (0, 1]"
+    for param_name, expected in expected_weights.items():
+        torch.testing.assert_close(results[0]["weights"][param_name], expected.float(), atol=1e-5, rtol=0,
+                                   msg=param_name)
+
+
 def test_grad_clip_none_reports_the_norm_without_clipping(engine_runs):
     # The same data with grad_clip=1.0 (the other scenarios) must have clipped a norm above 1.
     assert engine_runs.get("padded_no_micro_batches")[0]["grad_norm"] > 1.0

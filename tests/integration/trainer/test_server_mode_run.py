@@ -119,6 +119,8 @@ def test_async_driver_at_staleness_one_raises_the_held_out_reward(cache_dir, tmp
     assert [r["async/staleness"] for r in trained] == [0.0] + [1.0] * 19
     assert all(r["async/weight_version"] == r["step"] - 1 - r["async/staleness"] for r in trained)
     assert trained[-1]["async/staleness_count/1"] == 19.0
+    # async_training.scale_lr_by_staleness lowers the rate only from lag 2 on: staleness 1 trains at the full lr.
+    assert all(r["async/lr_scale"] == 1.0 and r["actor/lr"] == pytest.approx(1e-3, rel=1e-12) for r in trained)
     assert all(any(k.startswith("rollout_is/") for k in r) for r in trained)  # the IS correction ran every step
 
 

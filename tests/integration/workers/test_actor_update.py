@@ -53,13 +53,13 @@ class RecordingEngine(FSDPEngine):
 
     first_grads: dict[str, torch.Tensor] | None = None
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, lr_scale: float = 1.0) -> float:
         if self.first_grads is None:
             self.first_grads = {
                 name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
                 for name, p in self.model.named_parameters()
             }
-        return super().optimizer_step()
+        return super().optimizer_step(lr_scale)
 
 
 class PolicyHost(Worker):
@@ -242,6 +242,21 @@ def test_shuffled_mini_batches_and_epochs_on_two_ranks_equal_one_process(host, b
     averaged = {name: (per_epoch[0][name] + per_epoch[1][name]) / 2 for name in per_epoch[0]}
     _assert_same_update(dp[0], averaged, solo[0]["weights"])
     assert not {"actor/kl_loss", "actor/kl_coef", "actor/is_weight_mean"} & dp[0]["metrics"][0].keys()
+
+
+def test_lr_scale_in_meta_info_steps_as_a_proportionally_lower_learning_rate(host, batch):
+    """meta_info["lr_scale"] (the asynchronous driver's staleness scaling) on 2 ranks equals one process whose
+    configured lr is that much lower: the same weights after the step, and actor/lr logs the rate used."""
+    config = _config(ppo_mini_batch_size=4)  # x rollout.n=2: one mini-batch of all 8 samples
+    scaled = DataProto(batch.batch, batch.non_tensor_batch, {**batch.meta_info, "lr_scale": 0.25})
+    dp = host.update(scaled, config, 2, solo=False)
+    lower = _config(ppo_mini_batch_size=4, optim=dataclasses.replace(OPTIM, lr=OPTIM.lr * 0.25))
+    solo = host.update(batch, lower, 2, solo=True)
+    _assert_same_update(dp[0], solo[0]["metrics"][0], solo[0]["weights"])
+    assert dp[0]["metrics"][0]["actor/lr"] == pytest.approx(0.25e-3)
+    unscaled = host.update(batch, config, 2, solo=False)
+    full, quarter = unscaled[0]["weights"], solo[0]["weights"]
+    assert max(float((full[name] - quarter[name]).abs().max()) for name in quarter) > 1e-4  # not vacuous
 
 
 def _float64_ppo_loss(model, batch: dict[str, torch.Tensor], rows: list[int], config: ActorConfig) -> torch.Tensor:

@@ -64,6 +64,18 @@ def test_staleness_without_importance_correction_warns(caplog):
     assert "set algorithm.rollout_is=true" in caplog.text
 
 
+def test_stale_batches_train_the_actor_at_the_learning_rate_divided_by_their_lag():
+    config = load_config([SERVER, "async_training.enable=true", "async_training.staleness=3",
+                          "algorithm.rollout_is=true"]).async_training
+    assert config.scale_lr_by_staleness  # the default
+    assert [config.lr_scale(lag) for lag in range(4)] == [1.0, 1.0, 0.5, pytest.approx(1 / 3)]
+    off = load_config([SERVER, "async_training.enable=true", "async_training.staleness=3",
+                       "async_training.scale_lr_by_staleness=false"]).async_training
+    assert [off.lr_scale(lag) for lag in range(4)] == [1.0] * 4
+    with pytest.raises(ValueError, match="cannot lag -1 versions"):
+        config.lr_scale(-1)
+
+
 def test_a_critic_on_its_own_pool_splits_its_mini_batches_by_that_pool():
     config = load_config(["algorithm.adv_estimator=gae", "critic_pool.nnodes=1", "critic_pool.n_gpus_per_node=1"])
     assert config.derived.world_size == 2 and config.derived.use_critic
