@@ -62,9 +62,12 @@ def model_shape(hf_config: Any, value_head: bool = False) -> ModelShape:
         )
     heads = hf_config.num_attention_heads
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
-    qkv_bias = True if model_type == "qwen2" else bool(getattr(hf_config, "attention_bias", False))
-    if model_type == "llama" and getattr(hf_config, "mlp_bias", False):
-        raise ValueError("a Llama model with mlp_bias=True is not supported by the Megatron converter")
+    if model_type == "llama" and (getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)):
+        # Llama's attention_bias also puts a bias on o_proj, which the local layer spec has no place for.
+        raise ValueError(
+            "the Megatron converter supports Llama models without attention_bias / mlp_bias; use strategy=fsdp2"
+        )
+    qkv_bias = model_type == "qwen2"
     return ModelShape(
         num_layers=hf_config.num_hidden_layers,
         hidden_size=hf_config.hidden_size,
