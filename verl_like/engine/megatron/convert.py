@@ -297,8 +297,8 @@ def rope_theta(hf_config: Any) -> float:
 def transformer_config(hf_config: Any, shape: ModelShape, parallel: Any, dtype: torch.dtype) -> Any:
     """Megatron's TransformerConfig for this model and layout (`parallel`: a config.megatron.MegatronConfig).
 
-    No fusions (they need CUDA kernels or TransformerEngine), no dropout, variable sequence lengths between
-    micro-batches (the pipeline sends shapes first), per-token-loss mode (neither the schedule nor DDP divides the
+    No fusions (they need CUDA kernels or TransformerEngine), no dropout, variable micro-batch shapes (except
+    under the interleaved schedule), per-token-loss mode (neither the schedule nor DDP divides the
     loss: our loss contract normalises).
     """
     from megatron.core.transformer import TransformerConfig
@@ -325,7 +325,9 @@ def transformer_config(hf_config: Any, shape: ModelShape, parallel: Any, dtype: 
         params_dtype=dtype,
         pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
-        variable_seq_lengths=True,
+        # Plain 1F1B sends each micro-batch's shape first; the interleaved schedule of 0.16.1 deadlocks with that,
+        # so there every micro-batch is padded to one shape (engine._run_schedule).
+        variable_seq_lengths=parallel.virtual_pipeline_model_parallel_size is None,
         moe_token_dispatcher_type="alltoall",  # no MoE here; the default (allgather) refuses variable lengths
         calculate_per_token_loss=True,
         # The random init is overwritten by the loaded weights, but 0.16.1 marks the TP-split parameters

@@ -14,6 +14,7 @@ not wired yet); model_kind "sequence_classifier" is refused (reward models stay 
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
@@ -31,13 +32,15 @@ from verl_like.engine.config import EngineConfig
 from verl_like.engine.fsdp import init_process_group_from_env
 from verl_like.engine.lr_schedule import WarmupSchedule
 from verl_like.engine.megatron import compat, cpu_support
+from verl_like.engine.megatron.checkpoint import load_megatron_checkpoint, save_megatron_checkpoint
 from verl_like.engine.megatron.convert import hf_to_megatron, model_shape, rope_theta, transformer_config
-from verl_like.engine.megatron.outputs import causal_lm_outputs, model_inputs, value_outputs
+from verl_like.engine.megatron.outputs import causal_lm_outputs, model_inputs, padded_to, value_outputs
 from verl_like.engine.megatron.parallel import ensure_model_parallel
 from verl_like.engine.megatron.weights import MegatronWeights
 from verl_like.engine.micro_batches import global_counts, plan_micro_batches
 from verl_like.engine.model_loading import load_model
 from verl_like.protocol import DataProto
+from verl_like.utils.checkpoint import commit_directory, prepare_staging
 from verl_like.utils.device import get_torch_device, is_cuda_available
 
 logger = logging.getLogger(__name__)
@@ -240,6 +243,10 @@ class MegatronEngine(TrainEngine):
         """Runs Megatron's schedule over `micro_batches`; `loss_func(micro_batch, inputs, output)` runs on the
         last stage and returns the loss tensor to back-propagate."""
         prepared = [(mb, model_inputs(mb.batch, self.config.use_remove_padding)) for mb in micro_batches]
+        longest = max(inputs.input_ids.shape[1] for _, inputs in prepared)
+        widest = max(inputs.input_ids.shape[0] for _, inputs in prepared)
+        if self.vpp:  # the interleaved schedule needs one micro-batch shape (convert.transformer_config)
+            prepared = [(mb, padded_to(inputs, widest, longest)) for mb, inputs in prepared]
 
         def forward_step(data_iterator, model):
             micro_batch, inputs = next(data_iterator)
@@ -247,15 +254,14 @@ class MegatronEngine(TrainEngine):
                            attention_mask=inputs.attention_mask)
 
             def wrapped(output_tensor):
-                loss = loss_func(micro_batch, inputs, output_tensor)
+                rows = micro_batch.batch.batch_size[0]
+                loss = loss_func(micro_batch, inputs, output_tensor[:rows])
                 # (loss, token count, reported): per-token-loss mode, the count only feeds skipped scaling.
                 return loss, torch.ones((), dtype=torch.int, device=loss.device), {}
 
             return output, wrapped
 
         data = [iter(prepared) for _ in self.chunks] if self.vpp else iter(prepared)
-        longest = max(inputs.input_ids.shape[1] for _, inputs in prepared)
-        widest = max(inputs.input_ids.shape[0] for _, inputs in prepared)
         with cpu_support.cpu_mode(self.on_cpu):
             compat.forward_backward_func()(
                 forward_step_func=forward_step, data_iterator=data,
@@ -379,16 +385,64 @@ class MegatronEngine(TrainEngine):
         return self.weights.full_state()
 
     def save_checkpoint(self, directory: str | Path) -> None:
-        raise NotImplementedError("MegatronEngine.save_checkpoint is not written yet")
+        self._require_onloaded("save_checkpoint")
+        self._require_optimizer("save_checkpoint")
+        save_megatron_checkpoint(self, directory)
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        raise NotImplementedError("MegatronEngine.load_checkpoint is not written yet")
+        self._require_onloaded("load_checkpoint")
+        self._require_optimizer("load_checkpoint")
+        self._global_step = load_megatron_checkpoint(self, directory)
 
     def export_hf(self, directory: str | Path, tokenizer: Any | None = None) -> None:
-        raise NotImplementedError("MegatronEngine.export_hf is not written yet")
+        """Gathers the full HF state (a collective) and writes it from global rank 0 like FSDPEngine.export_hf."""
+        self._require_onloaded("export_hf")
+        state_dict = dict(self.full_state_iterator())
+        if dist.get_rank() == 0:
+            staging = prepare_staging(directory)
+            hf_config = copy.deepcopy(self.hf_config)
+            hf_config.use_cache = True  # the engine runs without a KV cache; the exported model generates
+            with torch.device("meta"):
+                plain = self.hf_class(hf_config)
+            plain.load_state_dict(state_dict, assign=True, strict=not self.shape.tied_embeddings)
+            plain.tie_weights()
+            plain.save_pretrained(staging)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            commit_directory(staging, directory)
+            logger.info("exported %s to %s", self.hf_class.__name__, directory)
+        dist.barrier()
 
     def offload(self) -> None:
-        raise NotImplementedError("MegatronEngine.offload is not written yet")
+        """Moves parameters / optimizer state to CPU per param_offload / optimizer_offload (no-op moves on CPU).
+
+        The DDP gradient buffers stay where they are (they are zero between steps; their main_grad views would
+        have to be rebuilt after a move).
+        """
+        if self.config.param_offload and not self._params_offloaded:
+            self._move_params(torch.device("cpu"))
+            self._params_offloaded = True
+        if self.config.optimizer_offload and not self._optimizer_offloaded and self.optimizer is not None:
+            self._move_optimizer_state(torch.device("cpu"))
+            self._optimizer_offloaded = True
+        if is_cuda_available():
+            torch.cuda.empty_cache()
 
     def onload(self) -> None:
-        raise NotImplementedError("MegatronEngine.onload is not written yet")
+        if self._params_offloaded:
+            self._move_params(self.device)
+            self._params_offloaded = False
+        if self._optimizer_offloaded:
+            self._move_optimizer_state(self.device)
+            self._optimizer_offloaded = False
+
+    def _move_params(self, device: torch.device) -> None:
+        for chunk in self.chunks:
+            for param in chunk.module.parameters():
+                param.data = param.data.to(device, non_blocking=True)
+
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)

@@ -89,3 +89,17 @@ def value_outputs(per_token: torch.Tensor, tensors: TensorDict, column_offset: i
     mask = response_mask_of(tensors).bool()
     values = per_token[..., 0].float().gather(1, _sources(tensors, column_offset, per_token.shape[1]))
     return {"values": torch.where(mask, values, 0.0)}
+
+
+def padded_to(inputs: ModelInputs, rows: int, length: int) -> ModelInputs:
+    """`inputs` grown to (rows, length) with fully masked padding (the extra outputs are cut off again)."""
+    extra_rows, extra_cols = rows - inputs.input_ids.shape[0], length - inputs.input_ids.shape[1]
+    if extra_rows == 0 and extra_cols == 0:
+        return inputs
+    pad = torch.nn.functional.pad
+    return ModelInputs(
+        input_ids=pad(inputs.input_ids, (0, extra_cols, 0, extra_rows)),
+        position_ids=pad(inputs.position_ids, (0, extra_cols, 0, extra_rows)),
+        attention_mask=pad(inputs.attention_mask, (0, extra_cols, 0, extra_cols, 0, 0, 0, extra_rows), value=True),
+        column_offset=inputs.column_offset,
+    )
