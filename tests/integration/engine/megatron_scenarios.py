@@ -173,6 +173,7 @@ def refusals(ctx, layout):
     for name, kind, fields, other_layout in (
         ("reward_model", "sequence_classifier", {}, layout),
         ("bfloat16", "causal_lm", {"dtype": "bfloat16"}, layout),
+        ("gradient_checkpointing", "causal_lm", {"gradient_checkpointing": True}, layout),
         ("other_sizes_in_one_process", "causal_lm", {}, (4, 1, None)),
     ):
         try:

@@ -198,4 +198,5 @@ def test_refusals_name_the_key_and_the_fix(runs):
     for result in runs("tp2pp2/refusals"):
         assert "sequence_classifier" in result["reward_model"] and "fsdp2" in result["reward_model"]
         assert "dtype='float32'" in result["bfloat16"]
+        assert "EngineConfig.gradient_checkpointing=True" in result["gradient_checkpointing"]
         assert "tensor_model_parallel_size" in result["other_sizes_in_one_process"]

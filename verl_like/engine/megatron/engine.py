@@ -6,15 +6,19 @@ DP rank returns the same results. Gradients are summed over micro-batches and DP
 runs in per-token-loss mode (no division by the number of micro-batches, DDP scale 1) and its per-token scaling
 is skipped (`compat.finalize_grads`), so the loss contract of verl_like.engine.base holds as with FSDP.
 
-Departures from the FSDP engine: use_remove_padding cuts the micro-batch's all-padding columns instead of packing
-(megatron-core's local attention has no packed path without TransformerEngine, see outputs.py); teacher top-k
-log-probs are not computed; dtype "bfloat16" is refused (Megatron's fp16/bf16 optimizer needs CUDA tensors and is
-not wired yet); model_kind "sequence_classifier" is refused (reward models stay on FSDP).
+Departures from the FSDP engine, one line each:
+- use_remove_padding cuts the micro-batch's all-padding columns instead of packing (megatron-core's local
+  attention has no packed path without TransformerEngine; see outputs.py).
+- teacher top-k log-probs ("topk_log_probs") are not computed.
+- gradient_checkpointing and offload_policy are refused (recompute forks the CUDA RNG; offload_policy is FSDP2's).
+- dtype "bfloat16" is refused: Megatron's fp16/bf16 optimizer (Float16Module) is not wired yet.
+- model_kind "sequence_classifier" is refused (reward models stay on FSDP).
+- weight decay applies to every parameter, as AdamW over all parameters in the FSDP engine (Megatron's default
+  exempts biases and norms).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
@@ -33,6 +37,7 @@ from verl_like.engine.fsdp import init_process_group_from_env
 from verl_like.engine.lr_schedule import WarmupSchedule
 from verl_like.engine.megatron import compat, cpu_support
 from verl_like.engine.megatron.checkpoint import load_megatron_checkpoint, save_megatron_checkpoint
+from verl_like.engine.megatron.memory import move_optimizer_state, move_params
 from verl_like.engine.megatron.convert import hf_to_megatron, model_shape, rope_theta, transformer_config
 from verl_like.engine.megatron.outputs import causal_lm_outputs, model_inputs, padded_to, value_outputs
 from verl_like.engine.megatron.parallel import ensure_model_parallel
@@ -40,7 +45,6 @@ from verl_like.engine.megatron.weights import MegatronWeights
 from verl_like.engine.micro_batches import global_counts, plan_micro_batches
 from verl_like.engine.model_loading import load_model
 from verl_like.protocol import DataProto
-from verl_like.utils.checkpoint import commit_directory, prepare_staging
 from verl_like.utils.device import get_torch_device, is_cuda_available
 
 logger = logging.getLogger(__name__)
@@ -69,6 +73,12 @@ class MegatronEngine(TrainEngine):
                 f"MegatronEngine trains in float32 only (EngineConfig.dtype={config.dtype!r}, param_dtype="
                 f"{config.param_dtype!r}); set dtype='float32' and param_dtype=None"
             )
+        for key in ("gradient_checkpointing", "offload_policy"):
+            if getattr(config, key):
+                raise ValueError(
+                    f"MegatronEngine does not support EngineConfig.{key}=True yet (Megatron's activation recompute "
+                    "forks the CUDA RNG, and offload_policy is FSDP2's); set it to False"
+                )
         compat.check_version()
         init_process_group_from_env()
         self.config = config
@@ -395,23 +405,8 @@ class MegatronEngine(TrainEngine):
         self._global_step = load_megatron_checkpoint(self, directory)
 
     def export_hf(self, directory: str | Path, tokenizer: Any | None = None) -> None:
-        """Gathers the full HF state (a collective) and writes it from global rank 0 like FSDPEngine.export_hf."""
         self._require_onloaded("export_hf")
-        state_dict = dict(self.full_state_iterator())
-        if dist.get_rank() == 0:
-            staging = prepare_staging(directory)
-            hf_config = copy.deepcopy(self.hf_config)
-            hf_config.use_cache = True  # the engine runs without a KV cache; the exported model generates
-            with torch.device("meta"):
-                plain = self.hf_class(hf_config)
-            plain.load_state_dict(state_dict, assign=True, strict=not self.shape.tied_embeddings)
-            plain.tie_weights()
-            plain.save_pretrained(staging)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(staging)
-            commit_directory(staging, directory)
-            logger.info("exported %s to %s", self.hf_class.__name__, directory)
-        dist.barrier()
+        self.weights.export_hf(directory, tokenizer)
 
     def offload(self) -> None:
         """Moves parameters / optimizer state to CPU per param_offload / optimizer_offload (no-op moves on CPU).
@@ -420,29 +415,18 @@ class MegatronEngine(TrainEngine):
         have to be rebuilt after a move).
         """
         if self.config.param_offload and not self._params_offloaded:
-            self._move_params(torch.device("cpu"))
+            move_params(self.chunks, torch.device("cpu"))
             self._params_offloaded = True
         if self.config.optimizer_offload and not self._optimizer_offloaded and self.optimizer is not None:
-            self._move_optimizer_state(torch.device("cpu"))
+            move_optimizer_state(self.optimizer, torch.device("cpu"))
             self._optimizer_offloaded = True
         if is_cuda_available():
             torch.cuda.empty_cache()
 
     def onload(self) -> None:
         if self._params_offloaded:
-            self._move_params(self.device)
+            move_params(self.chunks, self.device)
             self._params_offloaded = False
         if self._optimizer_offloaded:
-            self._move_optimizer_state(self.device)
+            move_optimizer_state(self.optimizer, self.device)
             self._optimizer_offloaded = False
-
-    def _move_params(self, device: torch.device) -> None:
-        for chunk in self.chunks:
-            for param in chunk.module.parameters():
-                param.data = param.data.to(device, non_blocking=True)
-
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)

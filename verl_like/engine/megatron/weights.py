@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -10,6 +13,9 @@ import torch.distributed as dist
 
 from verl_like.engine.base import WeightHoldings
 from verl_like.engine.megatron.convert import assemble, hf_boxes, megatron_to_hf
+from verl_like.utils.checkpoint import commit_directory, prepare_staging
+
+logger = logging.getLogger(__name__)
 
 
 class MegatronWeights:
@@ -26,8 +32,7 @@ class MegatronWeights:
         self.coords: list[tuple[int, int]] = [tuple(c) for c in coords]
         shape, tp, pp, vpp = engine.shape, engine.tp, engine.pp, engine.vpp
         self.boxes = {(t, p): hf_boxes(shape, t, tp, p, pp, vpp) for t in range(tp) for p in range(pp)}
-        self.params = [(name, size) for name, size in hf_params if name in self.boxes[(0, 0)]
-                       or any(name in self.boxes[(0, p)] for p in range(pp))]
+        self.params = [(name, size) for name, size in hf_params if any(name in self.boxes[(0, p)] for p in range(pp))]
         self.owner_stage = {name: next(p for p in range(pp) if name in self.boxes[(0, p)]) for name, _ in self.params}
 
     def holdings(self) -> WeightHoldings:
@@ -71,3 +76,22 @@ class MegatronWeights:
             if engine.pp > 1:
                 dist.broadcast(full, src=stage_ranks[owner], group=self.pp_group)
             yield name, full.detach().cpu()
+
+    def export_hf(self, directory: str | Path, tokenizer: Any | None = None) -> None:
+        """Gathers the full HF state (a collective) and writes it from global rank 0, like FSDPEngine.export_hf."""
+        engine = self.engine
+        state_dict = dict(self.full_state())
+        if dist.get_rank() == 0:
+            staging = prepare_staging(directory)
+            hf_config = copy.deepcopy(engine.hf_config)
+            hf_config.use_cache = True  # the engine runs without a KV cache; the exported model generates
+            with torch.device("meta"):
+                plain = engine.hf_class(hf_config)
+            plain.load_state_dict(state_dict, assign=True, strict=not engine.shape.tied_embeddings)
+            plain.tie_weights()
+            plain.save_pretrained(staging)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            commit_directory(staging, directory)
+            logger.info("exported %s to %s", engine.hf_class.__name__, directory)
+        dist.barrier()
