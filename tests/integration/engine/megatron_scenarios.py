@@ -184,7 +184,25 @@ def refusals(ctx, layout):
     return errors
 
 
-EXTRA_SCENARIOS = {"tp2": [checkpoint_resume],
+def non_finite_gradient(ctx, layout):
+    """A NaN loss: the norm is reported, the update skipped, the step counted."""
+    engine = _engine(ctx["model_dir"], layout, "causal_lm", {"lr": LR})
+    before = _weights(engine)
+    local = _rows(ctx["batch"], engine.dp_rank, engine.dp_size)
+
+    def nan_loss(outputs, micro_batch):
+        loss, metrics = policy_loss(outputs, micro_batch)
+        return loss * float("nan"), metrics
+
+    engine.forward_backward(local, nan_loss)
+    grad_norm = engine.optimizer_step()
+    unchanged = all(torch.equal(before[name], tensor) for name, tensor in engine.full_state_iterator())
+    grad_norm_next = _step(engine, local)  # the dropped gradients do not leak into the next step
+    return {"grad_norm": grad_norm, "unchanged": unchanged, "global_step": engine.global_step,
+            "grad_norm_next": grad_norm_next}
+
+
+EXTRA_SCENARIOS = {"tp2": [checkpoint_resume, non_finite_gradient],
                    "tp2pp2": [other_layout_checkpoint_refused, checkpoint_resume, export, offload_round_trip,
                               refusals]}
 

@@ -200,3 +200,13 @@ def test_refusals_name_the_key_and_the_fix(runs):
         assert "dtype='float32'" in result["bfloat16"]
         assert "EngineConfig.gradient_checkpointing=True" in result["gradient_checkpointing"]
         assert "tensor_model_parallel_size" in result["other_sizes_in_one_process"]
+
+
+def test_a_non_finite_gradient_norm_skips_the_update(runs, references, tiny_model_dir):
+    reference = references(tiny_model_dir, "causal_lm", LR, ADAM_EPS, 1.0)
+    for result in runs("tp2/non_finite_gradient"):
+        assert result["grad_norm"] != result["grad_norm"]  # NaN
+        assert result["unchanged"]
+        assert result["global_step"] == 2
+        # The next step's norm is the clean full-batch norm: the NaN gradients were dropped.
+        assert result["grad_norm_next"] == pytest.approx(reference["grad_norm"], rel=1e-5)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 

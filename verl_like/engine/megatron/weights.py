@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,10 +10,8 @@ import torch
 import torch.distributed as dist
 
 from verl_like.engine.base import WeightHoldings
+from verl_like.engine.hf_export import write_hf_directory
 from verl_like.engine.megatron.convert import assemble, hf_boxes, megatron_to_hf
-from verl_like.utils.checkpoint import commit_directory, prepare_staging
-
-logger = logging.getLogger(__name__)
 
 
 class MegatronWeights:
@@ -82,16 +78,6 @@ class MegatronWeights:
         engine = self.engine
         state_dict = dict(self.full_state())
         if dist.get_rank() == 0:
-            staging = prepare_staging(directory)
-            hf_config = copy.deepcopy(engine.hf_config)
-            hf_config.use_cache = True  # the engine runs without a KV cache; the exported model generates
-            with torch.device("meta"):
-                plain = engine.hf_class(hf_config)
-            plain.load_state_dict(state_dict, assign=True, strict=not engine.shape.tied_embeddings)
-            plain.tie_weights()
-            plain.save_pretrained(staging)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(staging)
-            commit_directory(staging, directory)
-            logger.info("exported %s to %s", engine.hf_class.__name__, directory)
+            write_hf_directory(directory, engine.hf_class, engine.hf_config, state_dict, tokenizer,
+                               strict=not engine.shape.tied_embeddings)
         dist.barrier()
