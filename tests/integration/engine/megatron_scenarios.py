@@ -202,9 +202,29 @@ def non_finite_gradient(ctx, layout):
             "grad_norm_next": grad_norm_next}
 
 
+def actor_and_reference(ctx, layout):
+    """An actor and an inference-only reference alive in one process share parallel_state; the reference's
+    outputs stay put while the actor trains, and it refuses to train."""
+    actor = _engine(ctx["model_dir"], layout, "causal_lm", {"lr": LR})
+    reference = _engine(ctx["model_dir"], layout, "causal_lm", {"inference_only": True})
+    local = _rows(ctx["batch"], actor.dp_rank, actor.dp_size)
+    before = reference.forward(local, temperature=TEMPERATURE).batch["log_probs"]
+    actor_before = actor.forward(local, temperature=TEMPERATURE).batch["log_probs"]
+    _step(actor, local)
+    after = reference.forward(local, temperature=TEMPERATURE).batch["log_probs"]
+    actor_after = actor.forward(local, temperature=TEMPERATURE).batch["log_probs"]
+    try:
+        reference.forward_backward(local, policy_loss)
+        refused = None
+    except RuntimeError as exc:
+        refused = str(exc)
+    return {"same_start": torch.equal(before, actor_before), "reference_unchanged": torch.equal(before, after),
+            "actor_moved": not torch.equal(actor_before, actor_after), "refused": refused}
+
+
 EXTRA_SCENARIOS = {"tp2": [checkpoint_resume, non_finite_gradient],
                    "tp2pp2": [other_layout_checkpoint_refused, checkpoint_resume, export, offload_round_trip,
-                              refusals]}
+                              actor_and_reference, refusals]}
 
 
 def _run_layout(ctx, layout_name, layout, scenarios, results):

@@ -210,3 +210,9 @@ def test_a_non_finite_gradient_norm_skips_the_update(runs, references, tiny_mode
         assert result["global_step"] == 2
         # The next step's norm is the clean full-batch norm: the NaN gradients were dropped.
         assert result["grad_norm_next"] == pytest.approx(reference["grad_norm"], rel=1e-5)
+
+
+def test_actor_and_inference_only_reference_share_one_process(runs):
+    for result in runs("tp2pp2/actor_and_reference"):
+        assert result["same_start"] and result["reference_unchanged"] and result["actor_moved"]
+        assert "inference_only=True" in result["refused"]
