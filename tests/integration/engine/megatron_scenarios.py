@@ -53,9 +53,9 @@ def _engine(model_dir: str, layout: tuple, kind: str, fields: dict):
     from verl_like.engine.config import EngineConfig
     from verl_like.engine.megatron.engine import MegatronEngine
 
-    tp, pp, vpp = layout
+    tp, pp, vpp, *sequence_parallel = layout
     parallel = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                              virtual_pipeline_model_parallel_size=vpp)
+                              virtual_pipeline_model_parallel_size=vpp, sequence_parallel=bool(sequence_parallel))
     return MegatronEngine(EngineConfig(model_path=model_dir, model_kind=kind, **fields), parallel)
 
 
@@ -175,6 +175,7 @@ def refusals(ctx, layout):
         ("bfloat16", "causal_lm", {"dtype": "bfloat16"}, layout),
         ("gradient_checkpointing", "causal_lm", {"gradient_checkpointing": True}, layout),
         ("other_sizes_in_one_process", "causal_lm", {}, (4, 1, None)),
+        ("sequence_parallel", "causal_lm", {}, (*layout, True)),
     ):
         try:
             _engine(ctx["model_dir"], other_layout, kind, fields)

@@ -200,6 +200,7 @@ def test_refusals_name_the_key_and_the_fix(runs):
         assert "dtype='float32'" in result["bfloat16"]
         assert "EngineConfig.gradient_checkpointing=True" in result["gradient_checkpointing"]
         assert "tensor_model_parallel_size" in result["other_sizes_in_one_process"]
+        assert "megatron.sequence_parallel=true" in result["sequence_parallel"]
 
 
 def test_a_non_finite_gradient_norm_skips_the_update(runs, references, tiny_model_dir):

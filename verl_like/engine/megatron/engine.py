@@ -12,7 +12,8 @@ Departures from the FSDP engine, one line each:
 - teacher top-k log-probs ("topk_log_probs") are not computed.
 - gradient_checkpointing and offload_policy are refused (recompute forks the CUDA RNG; offload_policy is FSDP2's).
 - dtype "bfloat16" is refused: Megatron's fp16/bf16 optimizer (Float16Module) is not wired yet.
-- model_kind "sequence_classifier" is refused (reward models stay on FSDP).
+- model_kind "sequence_classifier" is refused (reward models stay on FSDP); so is megatron.sequence_parallel
+  (the local spec's torch norm does not support it).
 - weight decay applies to every parameter, as AdamW over all parameters in the FSDP engine (Megatron's default
   exempts biases and norms).
 """
@@ -78,6 +79,11 @@ class MegatronEngine(TrainEngine):
                     f"MegatronEngine does not support EngineConfig.{key}=True yet (Megatron's activation recompute "
                     "forks the CUDA RNG, and offload_policy is FSDP2's); set it to False"
                 )
+        if parallel.sequence_parallel:
+            raise ValueError(
+                f"{prefix}.sequence_parallel=true needs TransformerEngine's or apex's layer norms; the local layer "
+                "spec's torch norm refuses it (megatron-core 0.16.1); set it to false"
+            )
         compat.check_version()
         init_process_group_from_env()
         self.config = config
