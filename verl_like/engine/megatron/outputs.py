@@ -27,9 +27,23 @@ class ModelInputs:
     column_offset: int
 
 
+def _check_positions(valid: torch.Tensor, position_ids: torch.Tensor) -> None:
+    """GPTModel's RoPE counts positions by column: each row's valid tokens must be one run counting 0, 1, 2, ..."""
+    columns = torch.arange(valid.shape[1], device=valid.device).expand_as(valid)
+    first = torch.where(valid, columns, valid.shape[1]).min(dim=1, keepdim=True).values
+    expected = (columns - first)[valid]
+    if not torch.equal(position_ids[valid], expected):
+        raise ValueError(
+            "MegatronEngine needs each row's valid tokens to be one contiguous run with position_ids 0, 1, 2, ... "
+            "(left-padded prompt, right-padded response: the rollout's clamp(cumsum(attention_mask) - 1, min=0)); "
+            "Megatron's RoPE ignores position_ids, so other layouts would be computed at the wrong positions"
+        )
+
+
 def model_inputs(tensors: TensorDict, strip_padding: bool) -> ModelInputs:
     """GPTModel's inputs for a padded micro-batch, without the all-padding columns when `strip_padding`."""
     valid = tensors["attention_mask"].bool()
+    _check_positions(valid, tensors["position_ids"])
     start, stop = 0, valid.shape[1]
     if strip_padding:
         any_valid = valid.any(dim=0).nonzero().flatten()
