@@ -8,7 +8,6 @@ gives exactly the full-batch gradient.
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 from collections import defaultdict
@@ -26,12 +25,12 @@ from torch.distributed.tensor import DTensor
 from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine, WeightHoldings
 from verl_like.engine.config import EngineConfig, torch_dtype
 from verl_like.engine.fsdp_checkpoint import hf_files_writer, load_fsdp_checkpoint, save_fsdp_checkpoint
+from verl_like.engine.hf_export import write_hf_directory
 from verl_like.engine.lr_schedule import WarmupSchedule
 from verl_like.engine.micro_batches import global_counts, plan_micro_batches
 from verl_like.engine.model_loading import decoder_layer_classes, load_model
 from verl_like.engine.model_outputs import micro_batch_outputs
 from verl_like.protocol import DataProto
-from verl_like.utils.checkpoint import commit_directory, prepare_staging
 from verl_like.utils.device import (
     get_device_name,
     get_dist_backend,
@@ -298,18 +297,7 @@ class FSDPEngine(TrainEngine):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state_dict = get_model_state_dict(self.model, options=options)  # collective; full only on rank 0
         if self.dp_rank == 0:
-            staging = prepare_staging(directory)
-            hf_config = copy.deepcopy(self.model.config)
-            hf_config.use_cache = True  # the engine runs without a KV cache; the exported model generates
-            with torch.device("meta"):
-                plain = self._hf_class(hf_config)
-            plain.load_state_dict(state_dict, assign=True)
-            plain.tie_weights()
-            plain.save_pretrained(staging)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(staging)
-            commit_directory(staging, directory)
-            logger.info("exported %s to %s", self._hf_class.__name__, directory)
+            write_hf_directory(directory, self._hf_class, self.model.config, state_dict, tokenizer)
         dist.barrier(group=self.group)
 
     def offload(self) -> None:

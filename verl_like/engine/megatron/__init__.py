@@ -1,0 +1,1 @@
+"""The Megatron-core training engine (MegatronEngine) and its helpers; importing this package imports no megatron."""
