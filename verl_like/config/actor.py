@@ -131,13 +131,27 @@ _FSDP_ONLY_OPTIONS = {
 }
 
 
-def check_megatron_options(p: str, fsdp: FSDPConfig, use_remove_padding: bool) -> None:
+def check_megatron_options(p: str, fsdp: FSDPConfig, use_remove_padding: bool,
+                           gradient_checkpointing: bool = False) -> None:
     """Refuses, naming `p`.<key>, a setting of a role trained with strategy=megatron that its engine would ignore.
 
-    Taken: fsdp_config's model_dtype / param_dtype / reduce_dtype (the engine's storage, compute and gradient
-    reduction dtypes). Refused: offloading and reshard_after_forward (FSDP's), and use_remove_padding (the megatron
-    engine runs padded micro-batches).
+    Refused: offloading and reshard_after_forward (FSDP's), use_remove_padding (the megatron engine runs padded
+    micro-batches), gradient checkpointing (Megatron's recompute is not wired), and bf16 storage or compute (the
+    engine trains in float32: Megatron's mixed-precision optimizer is not wired).
     """
+    for key in ("model_dtype", "param_dtype", "reduce_dtype"):
+        value = getattr(fsdp, key)
+        if value not in (None, "float32"):
+            raise ValueError(
+                f"{p}.fsdp_config.{key}={value} is not supported with strategy=megatron (the megatron engine "
+                f"trains in float32); set it to float32 (or null) or use strategy=fsdp2"
+            )
+    if gradient_checkpointing:
+        raise ValueError(
+            f"{p}: gradient checkpointing is not supported with strategy=megatron (Megatron's activation "
+            "recompute is not wired); set actor_rollout_ref.model.enable_gradient_checkpointing=false (critic: "
+            "critic.model.enable_gradient_checkpointing=false) or use strategy=fsdp2"
+        )
     values = {
         "fsdp_config.param_offload": fsdp.param_offload,
         "fsdp_config.optimizer_offload": fsdp.optimizer_offload,
@@ -190,7 +204,7 @@ def check_ppo_update_node(node: PPOUpdateNode) -> None:
     node.optim.validate(f"{p}.optim")
     node.fsdp_config.validate(f"{p}.fsdp_config")
     if node.strategy == "megatron":
-        check_megatron_options(p, node.fsdp_config, node.use_remove_padding)
+        check_megatron_options(p, node.fsdp_config, node.use_remove_padding, node.gradient_checkpointing)
     if node.ppo_mini_batch_size < 1:
         raise ValueError(f"{p}.ppo_mini_batch_size={node.ppo_mini_batch_size} must be >= 1 (samples per step)")
     micro = node.ppo_micro_batch_size_per_gpu

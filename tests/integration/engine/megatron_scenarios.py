@@ -199,8 +199,13 @@ def non_finite_gradient(ctx, layout):
     grad_norm = engine.optimizer_step()
     unchanged = all(torch.equal(before[name], tensor) for name, tensor in engine.full_state_iterator())
     grad_norm_next = _step(engine, local)  # the dropped gradients do not leak into the next step
+    try:
+        engine.optimizer_step(lr_scale=0.0)
+        bad_scale = None
+    except ValueError as exc:
+        bad_scale = str(exc)
     return {"grad_norm": grad_norm, "unchanged": unchanged, "global_step": engine.global_step,
-            "grad_norm_next": grad_norm_next}
+            "grad_norm_next": grad_norm_next, "bad_scale": bad_scale}
 
 
 def actor_and_reference(ctx, layout):

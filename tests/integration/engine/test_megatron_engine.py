@@ -211,6 +211,7 @@ def test_a_non_finite_gradient_norm_skips_the_update(runs, references, tiny_mode
         assert result["global_step"] == 2
         # The next step's norm is the clean full-batch norm: the NaN gradients were dropped.
         assert result["grad_norm_next"] == pytest.approx(reference["grad_norm"], rel=1e-5)
+        assert result["bad_scale"] == "MegatronEngine.optimizer_step: lr_scale=0.0 must lie in (0, 1]"
 
 
 def test_actor_and_inference_only_reference_share_one_process(runs):

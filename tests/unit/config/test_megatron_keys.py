@@ -48,6 +48,11 @@ def test_the_reference_follows_the_actor_key_by_key():
      "actor_rollout_ref.ref.fsdp_config.offload_policy=true is an FSDP setting"),
     (["critic.strategy=megatron", "critic.fsdp_config.optimizer_offload=true"],
      "critic.fsdp_config.optimizer_offload=true is an FSDP setting"),
+    ([*MEGATRON, f"{A}.fsdp_config.param_dtype=bf16"], f"{A}.fsdp_config.param_dtype=bfloat16 is not supported"),
+    ([*MEGATRON, "actor_rollout_ref.model.enable_gradient_checkpointing=true"],
+     "enable_gradient_checkpointing=false"),
+    ([*MEGATRON, "trainer.n_gpus_per_node=2", f"{A}.megatron.tensor_model_parallel_size=2",
+      f"{A}.megatron.sequence_parallel=true"], f"{A}.megatron.sequence_parallel=true is not supported"),
 ])
 def test_settings_a_megatron_role_cannot_honour_are_refused_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):

@@ -361,13 +361,15 @@ class MegatronEngine(TrainEngine):
         dist.all_reduce(total, group=self.dp_group)
         return ForwardBackwardResult(loss=float(total), metrics=dict(metrics), num_micro_batches=len(groups))
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, lr_scale: float = 1.0) -> float:
         self._require_onloaded("optimizer_step")
         optimizer = self._require_optimizer("optimizer_step")
+        if not 0.0 < lr_scale <= 1.0:
+            raise ValueError(f"MegatronEngine.optimizer_step: lr_scale={lr_scale} must lie in (0, 1]")
         with cpu_support.cpu_mode(self.on_cpu):
             compat.finalize_grads(self.chunks)  # once per step: forward_backward calls accumulate locally
             for group in optimizer.param_groups:
-                group["lr"] = self.current_lr
+                group["lr"] = self.current_lr * lr_scale
             optimizer.prepare_grads()
             grad_norm = float(optimizer.get_grad_norm())
             if not torch.isfinite(torch.tensor(grad_norm)):
