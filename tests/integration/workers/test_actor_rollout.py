@@ -1,4 +1,5 @@
-"""ActorRolloutWorker on a real 2-rank Ray group (gloo, fp32, tiny Qwen2, in-process vLLM), with TP=1 and TP=2.
+"""ActorRolloutWorker on a real 2-rank Ray group (gloo, fp32, tiny Qwen2, in-process vLLM), with TP=1 and TP=2, and
+a Megatron TP=2 actor syncing into vLLM at TP=1.
 
 After a real FSDP2 PPO update on both ranks: vLLM's greedy tokens equal the HF engine's on the updated weights,
 vLLM's sampled-token log-probs match the actor's compute_log_prob, the sliced sync and the full-tensor path
@@ -19,6 +20,7 @@ pytest.importorskip("vllm")
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402
+from verl_like.config.megatron import MegatronConfig  # noqa: E402
 from verl_like.config.model import RefConfig  # noqa: E402
 from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import build_tiny_model  # noqa: E402
@@ -123,7 +125,14 @@ VARIANTS = {
     "tp2": RolloutConfig(tensor_model_parallel_size=2, weight_sync_mode="sliced", free_cache_engine=True,
                          log_prob_micro_batch_size_per_gpu=3, update_weights_bucket_megabytes=1, **COMMON),
     "hf": RolloutConfig(name="hf", **COMMON),
+    # The Megatron actor at TP=2 (one DP rank: both ranks get the same rows) into vLLM at TP=1 on each rank: every
+    # rank needs whole tensors, half of each TP-split one comes from the peer.
+    "megatron_tp2": RolloutConfig(tensor_model_parallel_size=1, weight_sync_mode="sliced", free_cache_engine=False,
+                                  log_prob_micro_batch_size_per_gpu=4, **COMMON),
 }
+ACTORS = {"megatron_tp2": ActorConfig(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=2, strategy="megatron",
+                                      megatron=MegatronConfig(tensor_model_parallel_size=2),
+                                      optim=OptimConfig(lr=2e-2, weight_decay=0.0))}
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
@@ -131,7 +140,7 @@ def trained(request, pool, model_dir):
     """A group after one PPO update whose weights were synced into its rollout engine, plus the update's inputs."""
     rollout = VARIANTS[request.param]
     tp = rollout.tensor_model_parallel_size
-    spec = RoleSpec(ProbeWorker, (model_dir, ACTOR, rollout, RefConfig()))
+    spec = RoleSpec(ProbeWorker, (model_dir, ACTORS.get(request.param, ACTOR), rollout, RefConfig()))
     group = WorkerGroup(pool, spec, name=f"ar_{request.param}")
     try:
         group.init_model()
