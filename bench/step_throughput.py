@@ -149,18 +149,23 @@ def update_flops(shape: dict, prompt_len: int, response_len: int, sequences: int
 
 def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Path, device: str) -> list[str]:
     tokens_per_gpu = args.max_tokens_per_gpu
+    megatron = args.strategy == "megatron"
     return [
         "+trainer=default_task",  # every other key as in configs/ppo_trainer.yaml, not verl's defaults
         f"data.train_files={data}", "data.val_files=[]", "data.apply_chat_template=false",
         f"data.max_prompt_length={args.prompt_len}", f"data.max_response_length={args.response_len}",
         f"data.train_batch_size={args.prompts}",
-        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.use_remove_padding=true",
-        f"actor_rollout_ref.model.enable_gradient_checkpointing={str(not args.no_grad_ckpt).lower()}",
+        f"actor_rollout_ref.model.path={model_dir}",
+        # The Megatron engine runs padded float32 micro-batches without activation recompute (what it supports).
+        f"actor_rollout_ref.model.use_remove_padding={str(not megatron).lower()}",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={str(not (args.no_grad_ckpt or megatron)).lower()}",
+        f"actor_rollout_ref.actor.strategy={args.strategy}",
+        f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={args.megatron_tp}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tokens_per_gpu}",
         "actor_rollout_ref.actor.optim.lr=1e-6",
-        f"actor_rollout_ref.actor.fsdp_config.param_dtype={args.param_dtype}",
+        f"actor_rollout_ref.actor.fsdp_config.param_dtype={'float32' if megatron else args.param_dtype}",
         "actor_rollout_ref.actor.fsdp_config.reduce_dtype=float32",
         f"actor_rollout_ref.actor.fsdp_config.param_offload={str(args.offload).lower()}",
         f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={str(args.offload).lower()}",
@@ -258,6 +263,8 @@ def main() -> None:
     parser.add_argument("--sleep-level", type=int, default=None, choices=[1, 2],
                         help="actor_rollout_ref.rollout.sleep_level (default: the config's)")
     parser.add_argument("--no-grad-ckpt", action="store_true")
+    parser.add_argument("--strategy", default="fsdp2", choices=["fsdp2", "megatron"], help="the actor's engine")
+    parser.add_argument("--megatron-tp", type=int, default=1, help="Megatron tensor-parallel size of the actor")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="models, data and run directory (kept for reruns)")
     parser.add_argument("--out", default=None, help="also write the RESULT json here")
@@ -319,7 +326,8 @@ def main() -> None:
     records = read_metrics(next(run_dir.rglob("metrics.jsonl")))
     report = {
         "model": args.model, "shape": shape, "gpus": args.gpus, "tp": args.tp, "device": device,
-        "mode": args.mode, "staleness": args.staleness, "server_gpu_fraction": args.server_gpu_fraction,
+        "mode": args.mode, "strategy": args.strategy, "megatron_tp": args.megatron_tp, "staleness": args.staleness,
+        "server_gpu_fraction": args.server_gpu_fraction,
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "prompts": args.prompts, "n": args.n, "prompt_len": args.prompt_len, "response_len": args.response_len,
         "offload": args.offload, "offload_policy": args.offload_policy, "eager": args.eager,

@@ -117,7 +117,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     config = EngineConfig(
         model_path=str(model_dir),
         dtype="float32",
-        param_dtype="bfloat16",
+        param_dtype=None if args.fp32 or args.strategy == "megatron" else "bfloat16",
         reduce_dtype="float32",
         attn_implementation=args.attn if args.strategy == "fsdp2" else None,
         gradient_checkpointing=args.gradient_checkpointing,
@@ -167,6 +167,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "attn_implementation": (engine.model.config._attn_implementation if args.strategy == "fsdp2"
                                 else "megatron-local"),
         "gradient_checkpointing": args.gradient_checkpointing,
+        "compute_dtype": "float32" if args.fp32 or args.strategy == "megatron" else "bfloat16",
         "packed": not args.padded,
         "rows_per_rank": args.rows_per_rank,
         "prompt_len": args.prompt_len,
@@ -195,8 +196,10 @@ def build_engine(config: EngineConfig, args: argparse.Namespace):
     from verl_like.config.megatron import MegatronConfig
     from verl_like.engine.megatron.engine import MegatronEngine
 
+    distributed = {"auto": None, "on": True, "off": False}[args.distributed_optimizer]
     return MegatronEngine(config, MegatronConfig(tensor_model_parallel_size=args.tp,
-                                                 pipeline_model_parallel_size=args.pp))
+                                                 pipeline_model_parallel_size=args.pp,
+                                                 use_distributed_optimizer=distributed))
 
 
 def _init_single_process_group() -> None:
@@ -223,6 +226,10 @@ def main() -> None:
     parser.add_argument("--strategy", default="fsdp2", choices=["fsdp2", "megatron"])
     parser.add_argument("--tp", type=int, default=1, help="Megatron tensor-parallel size")
     parser.add_argument("--pp", type=int, default=1, help="Megatron pipeline-parallel size")
+    parser.add_argument("--distributed-optimizer", default="auto", choices=["auto", "on", "off"],
+                        help="Megatron's ZeRO-1 optimizer (auto: on for CUDA)")
+    parser.add_argument("--fp32", action="store_true",
+                        help="FSDP2 computes in float32 (the Megatron engine always does: bf16 is not wired there)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="where the random models are written (default: a tmp dir)")
