@@ -133,6 +133,13 @@ class WeightTransferExtension:
         """The weight-transfer backends this worker knows (a check reachable through /collective_rpc)."""
         return sorted(WeightTransferEngineFactory._registry)
 
+    def verl_like_gpu_uuid(self) -> str:
+        """The UUID of this worker's GPU ("" without CUDA), through /collective_rpc: the trainer's CUDA-IPC sender
+        checks that every worker shares its GPU before it sends a handle."""
+        if not torch.cuda.is_available():
+            return ""
+        return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+
     def verl_like_weight_sums(self) -> dict[str, float]:
         """{"sum", "sum_squares", "numel"} of this worker's model parameters in float64, through /collective_rpc.
 
