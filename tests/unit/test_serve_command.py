@@ -67,3 +67,15 @@ def test_the_resolved_weight_transfer_reaches_the_started_servers_flags():
     assert "--weight-transfer" not in vllm_server_args(rollout)
     args = vllm_server_args(rollout, weight_transfer="ipc")
     assert args[args.index("--weight-transfer") + 1] == "ipc"
+
+
+def test_serve_reads_weight_transfer_among_vllms_flags(monkeypatch):
+    launched = {}
+    monkeypatch.setattr("os.execvpe", lambda file, argv, env: launched.update(argv=argv, env=env))
+    from verl_like.serve import main
+
+    main(["/m", "--device", "cuda", "--dtype", "bfloat16", "--weight-transfer", "ipc", "--max-model-len", "64"])
+    argv = launched["argv"]
+    assert json.loads(argv[argv.index("--weight-transfer-config") + 1]) == {"backend": "ipc"}
+    assert "--weight-transfer" not in argv and argv[-4:] == ["--dtype", "bfloat16", "--max-model-len", "64"]
+    assert launched["env"]["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
