@@ -1,10 +1,11 @@
 """Server-mode weight update: wall time and GB/s of a full update round into one vLLM server on this GPU.
 
-One server (`python -m verl_like.serve`, random `--load-format dummy` weights, our gloo weight-transfer engine) runs
-beside this process on the same GPU, as with `rollout_pool.gpu_fraction`. This process builds a Qwen2.5-shaped
-model of random bf16 weights on the GPU (the trainer's full tensors, as FSDP's gather yields them) and sends it with
-verl_like's `WeightSender`: pause -> start -> one /update_weights per bucket while the gloo group broadcasts it ->
-finish -> resume. Measured per model: seconds per round (median over --repeats after --warmup), GB/s = model bytes in
+One server (`python -m verl_like.serve`, random `--load-format dummy` weights) runs beside this process on the same
+GPU, as with `rollout_pool.gpu_fraction`. This process builds a Qwen2.5-shaped model of random bf16 weights on the
+GPU (the trainer's full tensors, as FSDP's gather yields them) and sends it with verl_like's `WeightSender`:
+pause -> start -> one /update_weights per bucket -> finish -> resume, over the path --weight-transfer names: gloo
+(our engine: the gloo group broadcasts each bucket through host memory) or ipc (vLLM's CUDA-IPC engine: each bucket
+packed on this GPU, the server maps it by handle). Measured per model: seconds per round (median over --repeats after --warmup), GB/s = model bytes in
 bf16 / seconds. Left out: the FSDP gather (bench/step_throughput.py's weight_sync covers the whole path).
 
 After the last round the server's weights are checked, so a fast but lossy sync cannot pass: on GPUs the sum and
@@ -14,6 +15,7 @@ log-probs of a sampled completion must equal the local model's within --max-logp
 The exit status is 1 when a check fails.
 
     python bench/server_weight_sync.py --model qwen2.5-0.5b qwen2.5-7b --out $OUT/server_weight_sync.json
+    python bench/server_weight_sync.py --model qwen2.5-0.5b qwen2.5-7b --weight-transfer ipc --out $OUT/ipc.json
     python bench/server_weight_sync.py --smoke           # tiny model on CPU: a check that it runs
 """
 
@@ -68,7 +70,7 @@ def start_server(model_dir: Path, args: argparse.Namespace, device: str, log_pat
     port = free_port()
     command = [sys.executable, "-m", "verl_like.serve", str(model_dir), "--port", str(port), "--device", device,
                "--dtype", args.dtype, "--load-format", "dummy", "--max-model-len", "256", "--max-num-seqs", "16",
-               "--enforce-eager", "--seed", "0"]
+               "--enforce-eager", "--seed", "0", "--weight-transfer", args.weight_transfer]
     if device == "cuda":
         command += ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
     with open(log_path, "wb") as log:
@@ -136,7 +138,7 @@ def bench_model(name: str, args: argparse.Namespace, device: str, workdir: Path)
         model_bytes = sum(p.numel() * p.element_size() for _, p in named)
         client = ServerClient(address, "bench server", timeout_s=args.timeout_s)
         options = ServerTransportOptions(bucket_bytes=args.bucket_mb << 20, timeout_s=args.timeout_s,
-                                         wire_dtype=dtype)
+                                         wire_dtype=dtype, weight_transfer=args.weight_transfer)
         sender = WeightSender([client], options)
         connect_start = time.perf_counter()
         sender.connect()
@@ -162,7 +164,8 @@ def bench_model(name: str, args: argparse.Namespace, device: str, workdir: Path)
     measured = seconds[args.warmup :] or seconds
     median = statistics.median(measured)
     return {
-        "model": name, "device": device, "dtype": args.dtype, "bucket_mb": args.bucket_mb, "buckets": buckets,
+        "model": name, "device": device, "weight_transfer": args.weight_transfer, "dtype": args.dtype,
+        "bucket_mb": args.bucket_mb, "buckets": buckets,
         "model_gb": model_bytes / 1e9, "update_s": median, "gb_per_s": model_bytes / median / 1e9,
         "per_round_s": seconds, "connect_s": connect_s, "server_start_s": server_start_s,
         "weights_match": exact, "server_sums": remote, "local_sums": local, "logprob_gap_max": gap,
@@ -174,6 +177,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", default=["qwen2.5-0.5b"], choices=sorted(SHAPES))
     parser.add_argument("--bucket-mb", type=int, default=512, help="rollout.update_weights_bucket_megabytes")
+    parser.add_argument("--weight-transfer", choices=["gloo", "ipc"], default="gloo",
+                        help="rollout.server.weight_transfer: gloo (host-staged) or ipc (CUDA IPC, GPU only)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
@@ -188,6 +193,8 @@ def main() -> int:
     from verl_like.utils.device import is_cuda_available
 
     device = "cuda" if is_cuda_available() and not args.smoke else "cpu"
+    if args.weight_transfer == "ipc" and device != "cuda":
+        parser.error("--weight-transfer ipc needs CUDA (and not --smoke)")
     if args.smoke:
         args.model, args.dtype, args.repeats, args.warmup, args.bucket_mb = ["tiny"], "float32", 1, 0, 1
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="server_weight_sync_"))

@@ -1,9 +1,11 @@
-"""`python -m verl_like.serve MODEL_PATH [--port P] [--host H] [--tensor-parallel-size K] [vLLM args...]`
+"""`python -m verl_like.serve MODEL_PATH [--port P] [--host H] [--tensor-parallel-size K] [--weight-transfer gloo|ipc]
+[vLLM args...]`
 
 Starts a vLLM OpenAI-compatible server with what verl_like's server-mode rollout needs (the shape of
-`trl vllm-serve`): vLLM's weight-transfer endpoints (VLLM_SERVER_DEV_MODE=1) with the transfer engine for this
-machine (our gloo engine, registered through `verl_like.rollout.server_extension`; on GPUs it stages through host
-memory),
+`trl vllm-serve`): vLLM's weight-transfer endpoints (VLLM_SERVER_DEV_MODE=1) with a transfer engine: our gloo
+engine by default (registered through `verl_like.rollout.server_extension`; on GPUs it stages through host memory),
+or with `--weight-transfer ipc` vLLM's CUDA-IPC engine for a trainer on this server's GPU (which reads pickled IPC
+handles, so VLLM_ALLOW_INSECURE_SERIALIZATION=1 is set: one more reason to keep the server on loopback),
 log-probs after temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
 (`--max-logprobs -1`, for distillation), and the CPU start-up settings (eager mode, an explicit KV cache).
 Unknown arguments go to vLLM unchanged (e.g. `--dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.5`).
@@ -29,6 +31,7 @@ from verl_like.utils.env import default_env
 
 EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
 GLOO_BACKEND = "verl_like_gloo"
+BACKENDS = {"gloo": GLOO_BACKEND, "ipc": "ipc"}  # rollout.server.weight_transfer -> vLLM's engine name
 SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
 
 
@@ -39,10 +42,14 @@ def server_command(
     host: str = "127.0.0.1",
     tensor_parallel_size: int = 1,
     device: str = "cpu",
+    weight_transfer: str = "gloo",
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The argv of one vLLM server process with verl_like's flags (vLLM's own `extra_args` appended last)."""
-    backend = GLOO_BACKEND  # on GPUs too, through host memory, until a trainer side for vLLM's nccl engine exists
+    """The argv of one vLLM server process with verl_like's flags (vLLM's own `extra_args` appended last).
+    weight_transfer: "gloo" (our engine) or "ipc" (vLLM's CUDA-IPC engine; CUDA only)."""
+    if weight_transfer == "ipc" and device != "cuda":
+        raise ValueError(f"--weight-transfer ipc needs a CUDA server (got --device {device}); use gloo")
+    backend = BACKENDS[weight_transfer]
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", model_path,
@@ -85,10 +92,11 @@ def cpu_batch_budget(args: Sequence[str]) -> list[str]:
 
 
 def vllm_server_args(
-    rollout: Any, hf_overrides: dict[str, Any] | None = None, trust_remote_code: bool = False
+    rollout: Any, hf_overrides: dict[str, Any] | None = None, trust_remote_code: bool = False,
+    weight_transfer: str = "gloo",
 ) -> list[str]:
-    """vLLM flags that build the engine an `actor_rollout_ref.rollout` node describes (server mode), then its
-    server.extra_args."""
+    """Flags that build the engine an `actor_rollout_ref.rollout` node describes (server mode) with the resolved
+    `weight_transfer` engine ("gloo" or "ipc"), then its server.extra_args."""
     args = [
         "--dtype", rollout.dtype,
         "--max-model-len", str(rollout.engine_max_model_len),
@@ -104,12 +112,17 @@ def vllm_server_args(
         args += ["--hf-overrides", json.dumps(hf_overrides)]
     if trust_remote_code:
         args.append("--trust-remote-code")
+    if weight_transfer != "gloo":
+        args += ["--weight-transfer", weight_transfer]
     return args + list(rollout.server.extra_args)
 
 
-def server_env(device: str, tensor_parallel_size: int = 1) -> dict[str, str]:
+def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str = "gloo") -> dict[str, str]:
     """The environment of a server process: ours (default_env) plus the dev endpoints vLLM gates."""
     env = {**os.environ, **default_env(device), "VLLM_SERVER_DEV_MODE": "1"}
+    if weight_transfer == "ipc":
+        # vLLM's ipc engine unpickles the handles posted to /update_weights only with this set.
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     # The server runs its engine core in a subprocess of its own (AsyncLLM); the in-process switch our workers
     # set for the hybrid engine does not apply.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
@@ -133,16 +146,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "endpoints have no auth)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when present")
+    parser.add_argument("--weight-transfer", choices=tuple(BACKENDS), default="gloo",
+                        help="gloo (default; any device) or ipc (vLLM's CUDA-IPC engine, trainer on this GPU)")
     args, extra = parser.parse_known_args(argv)
     from verl_like.utils.device import get_device_name
 
     device = args.device or get_device_name()
     command = server_command(
         args.model_path, port=args.port, host=args.host, tensor_parallel_size=args.tensor_parallel_size,
-        device=device, extra_args=extra,
+        device=device, weight_transfer=args.weight_transfer, extra_args=extra,
     )
     print("verl_like.serve:", " ".join(command), flush=True)
-    env = server_env(device, args.tensor_parallel_size)
+    env = server_env(device, args.tensor_parallel_size, args.weight_transfer)
     # This process becomes the server (exec keeps the pid); its engine processes end when it does
     # (verl_like.rollout.server_extension watches it).
     env[SERVER_PID_ENV] = str(os.getpid())

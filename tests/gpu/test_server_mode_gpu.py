@@ -1,10 +1,11 @@
 """Server mode on ONE GPU: a vLLM server (`python -m verl_like.serve`, started by `start_servers`) next to a 1-worker
-FSDP2 trainer on the same device (rollout_pool.gpu_fraction=0.5), weights through vLLM's weight-transfer API.
+FSDP2 trainer on the same device (rollout_pool.gpu_fraction=0.5), weights through vLLM's weight-transfer API, once
+per weight path (`rollout.server.weight_transfer`): our gloo engine and vLLM's CUDA-IPC engine (`-k ipc` runs one).
 
 The GPU twin of tests/integration/rollout/test_server_mode.py: after the first sync and after a real PPO update and
 its sync, the server's sampled-token log-probs agree with the actor's to bf16 precision, the server's weights are
-the actor's (parameter sums through /collective_rpc), and the server's actor and the trainer's worker share the one
-GPU's bundle.
+the actor's (parameter sums through /collective_rpc against the actor's full tensors in the wire dtype), and the
+server's actor and the trainer's worker share the one GPU's bundle.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from verl_like.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.rollout.servers import ServerRollout  # noqa: E402
 from verl_like.serve import vllm_server_args  # noqa: E402
-from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup  # noqa: E402
+from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
 from verl_like.trainer.rollout_handle import ServerModeRollout, start_servers  # noqa: E402
-from verl_like.trainer.server_placement import server_placement  # noqa: E402
+from verl_like.trainer.server_placement import server_placement, server_weight_transfer  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -43,8 +44,27 @@ ACTOR = ActorConfig(ppo_mini_batch_size=16, ppo_micro_batch_size_per_gpu=8,
 FRACTION = 0.5
 
 
-@pytest.fixture(scope="module")
-def shared(ray_cluster, tmp_path_factory):
+class FingerprintedActor(ActorRolloutWorker):
+    """The actor-rollout worker plus the fingerprint of its full weights that the server's must equal."""
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def weight_sums(self) -> dict[str, float]:
+        """{"sum", "sum_squares", "numel"} in float64 of the actor's full tensors cast to the servers' bf16, as
+        `verl_like_weight_sums` computes them in the server (fused q/k/v and gate/up add up the same)."""
+        total = squares = 0.0
+        numel = 0
+        with self._onloaded(self.actor.engine):
+            for _, tensor in self.actor.engine.full_state_iterator():
+                values = tensor.to(torch.bfloat16).double()
+                total += float(values.sum())
+                squares += float(values.square().sum())
+                numel += values.numel()
+        return {"sum": total, "sum_squares": squares, "numel": numel}
+
+
+@pytest.fixture(scope="module", params=["gloo", "ipc"])
+def shared(request, ray_cluster, tmp_path_factory):
+    weight_transfer = request.param
     model_dir = str(build_tiny_model(tmp_path_factory.mktemp("gpu_server") / "tiny", SPEC))
     config = load_config([
         "actor_rollout_ref.rollout.mode=server", "trainer.device=cuda", "trainer.n_gpus_per_node=1",
@@ -56,19 +76,22 @@ def shared(ray_cluster, tmp_path_factory):
     rollout = config.actor_rollout_ref.rollout
     placement = server_placement(config, "cuda", cpus_per_process=1.0)
     assert placement.shared and placement.trainer_fraction == 1 - FRACTION
-    pool = ResourcePool.create([1], device="cuda", cpus_per_process=1.0, name="gpu_server_shared")
-    group = WorkerGroup(pool, RoleSpec(ActorRolloutWorker, (model_dir, ACTOR, rollout)), name="gpu_server_trainer",
-                        resource_fraction=placement.trainer_fraction)
+    assert server_weight_transfer(config, "cuda") == "ipc"  # auto: the one server shares the trainer's one GPU
+    pool = ResourcePool.create([1], device="cuda", cpus_per_process=1.0, name=f"gpu_server_{weight_transfer}")
+    group = WorkerGroup(pool, RoleSpec(FingerprintedActor, (model_dir, ACTOR, rollout)),
+                        name=f"gpu_server_trainer_{weight_transfer}", resource_fraction=placement.trainer_fraction)
     handle = None
     try:
         group.init_model()  # before the server: vLLM sizes its KV cache while nothing else allocates
-        clients, supervisors, owned = start_servers(config, model_dir, vllm_server_args(rollout), "cuda", 1.0, 600.0,
+        clients, supervisors, owned = start_servers(config, model_dir, vllm_server_args(rollout,
+                                                    weight_transfer=weight_transfer), "cuda", 1.0, 600.0,
                                                     trainer_pool=pool)
         assert owned is None  # the servers took no pool of their own
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         handle = ServerModeRollout(rollout, group, ServerRollout(clients, tokenizer.pad_token_id), supervisors)
-        connect = group.connect_rollout_servers([client.address for client in clients])
-        yield dict(group=group, handle=handle, prompts=prompt_batch(tokenizer, PROMPTS), connect=connect, pool=pool)
+        connect = group.connect_rollout_servers([client.address for client in clients], None, weight_transfer)
+        yield dict(group=group, handle=handle, prompts=prompt_batch(tokenizer, PROMPTS), connect=connect, pool=pool,
+                   weight_transfer=weight_transfer)
     finally:
         if handle is not None:
             handle.close()
@@ -93,6 +116,13 @@ def server_sums(handle: ServerModeRollout) -> dict[str, float]:
     return answer["results"][0]
 
 
+def assert_server_weights_are_the_actors(handle: ServerModeRollout, group) -> None:
+    server, actor = server_sums(handle), group.weight_sums()[0]
+    assert server["numel"] == actor["numel"]
+    for key in ("sum", "sum_squares"):
+        assert server[key] == pytest.approx(actor[key], rel=1e-6, abs=1e-6), key
+
+
 def test_the_server_and_the_trainer_share_one_gpu_bundle(shared):
     # The server could only start inside the trainer's one-GPU bundle by taking a fraction of it.
     assert shared["pool"].slots[0].placement_group.bundle_specs[0]["GPU"] == 1.0
@@ -103,6 +133,7 @@ def test_the_server_and_the_trainer_share_one_gpu_bundle(shared):
 def test_server_log_probs_match_the_actor_in_bf16_before_and_after_an_update(shared):
     group, handle, prompts = shared["group"], shared["handle"], shared["prompts"]
     assert shared["connect"][0]["weight_sync/model_bytes"] > 0
+    assert_server_weights_are_the_actors(handle, group)  # the first sync, at connect
     assert gap(handle, group, prompts, seed=1) <= 2e-2  # bf16 rounding; a stale or garbled sync gives O(1)
     batch = handle.generate(DataProto(prompts.batch, prompts.non_tensor_batch, {"seed": 11}))
     old = group.compute_log_prob(batch)
@@ -114,8 +145,12 @@ def test_server_log_probs_match_the_actor_in_bf16_before_and_after_an_update(sha
     stale = gap(handle, group, prompts, seed=2)
     before = server_sums(handle)
     metrics = handle.sync_weights()
-    assert metrics[0]["weight_sync/buckets"] > 1  # 1 MiB buckets: several rounds of the gloo broadcast
+    assert metrics[0]["weight_sync/buckets"] > 1  # 1 MiB buckets: several buckets per round, on either path
     fresh = gap(handle, group, prompts, seed=3)
     assert fresh <= 2e-2 and fresh < stale
     after = server_sums(handle)
     assert after["numel"] == before["numel"] and after["sum_squares"] != before["sum_squares"]
+    assert_server_weights_are_the_actors(handle, group)
+    # A second round into the same server: buffers of the first were released, none is read stale.
+    handle.sync_weights()
+    assert_server_weights_are_the_actors(handle, group)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from verl_like.config.loader import load_config
 from verl_like.serve import server_command, server_env, vllm_server_args
 
@@ -48,3 +50,32 @@ def test_the_server_environment_opens_the_dev_endpoints_and_runs_its_engine_in_a
     env = server_env("cpu", tensor_parallel_size=2)
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
     assert env["VLLM_CPU_OMP_THREADS_BIND"].count("|") == 1
+
+
+def test_an_ipc_server_runs_vllms_ipc_engine_and_may_unpickle_the_handles(monkeypatch):
+    monkeypatch.delenv("VLLM_ALLOW_INSECURE_SERIALIZATION", raising=False)
+    command = server_command("/m", port=1, device="cuda", weight_transfer="ipc")
+    assert json.loads(command[command.index("--weight-transfer-config") + 1]) == {"backend": "ipc"}
+    assert server_env("cuda", weight_transfer="ipc")["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
+    assert "VLLM_ALLOW_INSECURE_SERIALIZATION" not in server_env("cuda")  # gloo servers unpickle nothing
+    with pytest.raises(ValueError, match="--weight-transfer ipc needs a CUDA server"):
+        server_command("/m", port=1, device="cpu", weight_transfer="ipc")
+
+
+def test_the_resolved_weight_transfer_reaches_the_started_servers_flags():
+    rollout = load_config(["actor_rollout_ref.rollout.mode=server"]).actor_rollout_ref.rollout
+    assert "--weight-transfer" not in vllm_server_args(rollout)
+    args = vllm_server_args(rollout, weight_transfer="ipc")
+    assert args[args.index("--weight-transfer") + 1] == "ipc"
+
+
+def test_serve_reads_weight_transfer_among_vllms_flags(monkeypatch):
+    launched = {}
+    monkeypatch.setattr("os.execvpe", lambda file, argv, env: launched.update(argv=argv, env=env))
+    from verl_like.serve import main
+
+    main(["/m", "--device", "cuda", "--dtype", "bfloat16", "--weight-transfer", "ipc", "--max-model-len", "64"])
+    argv = launched["argv"]
+    assert json.loads(argv[argv.index("--weight-transfer-config") + 1]) == {"backend": "ipc"}
+    assert "--weight-transfer" not in argv and argv[-4:] == ["--dtype", "bfloat16", "--max-model-len", "64"]
+    assert launched["env"]["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"

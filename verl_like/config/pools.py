@@ -140,3 +140,26 @@ def check_server_placement(config: "PPOConfig") -> None:
             f"the server would take device memory the trainer's share (1 - gpu_fraction) needs; set "
             f"gpu_memory_utilization <= {pool.gpu_fraction:g} or raise gpu_fraction"
         )
+
+
+def check_weight_transfer(config: "PPOConfig") -> None:
+    """rollout.server.weight_transfer=ipc needs CUDA and every server on the trainer's rank-0 GPU (the sender's)."""
+    rollout, pool, trainer = config.actor_rollout_ref.rollout, config.rollout_pool, config.trainer
+    if rollout.mode != "server" or rollout.server.weight_transfer != "ipc":
+        return
+    key = "actor_rollout_ref.rollout.server.weight_transfer=ipc"
+    if trainer.device == "cpu":
+        raise ConfigError(f"{key} moves CUDA memory, but trainer.device=cpu; set weight_transfer=gloo (or auto)")
+    if rollout.server.address:
+        return  # the user's servers: the sender checks at connect that they sit on its GPU (by GPU UUID)
+    if not pool.shares_trainer_devices:
+        raise ConfigError(
+            f"{key} needs the servers on the trainer's GPU, but rollout_pool.gpu_fraction=0 gives them devices of "
+            "their own; set rollout_pool.gpu_fraction in (0, 1) or weight_transfer=gloo (or auto)"
+        )
+    if trainer.world_size != 1:
+        raise ConfigError(
+            f"{key}: the trainer's rank 0 sends, and with trainer.nnodes x n_gpus_per_node={trainer.world_size} "
+            "devices the servers of the other devices sit on other GPUs; use one trainer device or "
+            "weight_transfer=gloo (or auto)"
+        )

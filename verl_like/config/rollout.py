@@ -16,6 +16,7 @@ ROLLOUT_MODES = ("colocate", "server")
 # verl's rollout.mode values: "sync" (the in-process engine) and "async" (vLLM behind a server interface).
 VERL_MODE_ALIASES = {"sync": "colocate", "async": "server", "hybrid": "colocate"}
 PAUSE_MODES = ("abort", "keep")
+WEIGHT_TRANSFERS = ("auto", "gloo", "ipc")
 
 
 def _check_sampling(prefix: str, temperature: float, top_p: float, top_k: int, n: int, do_sample: bool) -> None:
@@ -58,6 +59,11 @@ class RolloutServerConfig:
       request_timeout_s: bound of one generation request and of every weight-transfer call.
       pause_mode: what in-flight requests do during a weight update: "abort" ends them, "keep" freezes them and
         continues them with the new weights after the update.
+      weight_transfer: how weights reach the servers: "gloo" (our engine, through host memory: any device, any
+        placement), "ipc" (vLLM's CUDA-IPC engine: the server's workers map the trainer's GPU buckets; only for
+        servers on the trainer's one GPU) or "auto" (ipc when the trainer starts the servers on its own GPU,
+        rollout_pool.gpu_fraction > 0 with one trainer device on CUDA; else gloo). Servers at `address` keep gloo
+        unless set; for ipc start them with `python -m verl_like.serve --weight-transfer ipc` on the trainer's GPU.
       max_concurrent_requests: most completion requests in flight across all servers (one per prompt).
       extra_args: more vLLM server flags for the servers the trainer starts (e.g. [--max-num-batched-tokens, 8192]).
     """
@@ -66,6 +72,7 @@ class RolloutServerConfig:
     start_timeout_s: float = 600.0
     request_timeout_s: float = 600.0
     pause_mode: str = "abort"
+    weight_transfer: str = "auto"
     max_concurrent_requests: int = 256
     extra_args: tuple[str | int | float, ...] = ()
 
@@ -80,6 +87,8 @@ class RolloutServerConfig:
             raise ConfigError(f"{p}.start_timeout_s and {p}.request_timeout_s must be > 0")
         if self.pause_mode not in PAUSE_MODES:
             raise ConfigError(f"{p}.pause_mode={self.pause_mode!r} is not one of {PAUSE_MODES}")
+        if self.weight_transfer not in WEIGHT_TRANSFERS:
+            raise ConfigError(f"{p}.weight_transfer={self.weight_transfer!r} is not one of {WEIGHT_TRANSFERS}")
         if self.max_concurrent_requests < 1:
             raise ConfigError(f"{p}.max_concurrent_requests={self.max_concurrent_requests} must be >= 1")
 

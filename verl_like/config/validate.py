@@ -17,7 +17,7 @@ from verl_like.config.data import is_synthetic
 from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
-from verl_like.config.pools import check_server_placement, cluster_processes, cluster_summary
+from verl_like.config.pools import check_server_placement, check_weight_transfer, cluster_processes, cluster_summary
 from verl_like.config.tokenizer_check import check_same_tokenizer
 from verl_like.config.online_dpo import check_online_dpo
 from verl_like.config.model import ModelConfig, is_builtin_model, max_position_embeddings, tiny_model_spec
@@ -42,6 +42,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     _check_schedule(config)
     _check_cluster(config)
     check_server_placement(config)
+    check_weight_transfer(config)
     _check_async(config)
     config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
     if check_paths:

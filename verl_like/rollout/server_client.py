@@ -97,6 +97,10 @@ class ServerClient:
             self._model = self.request("GET", "/v1/models")["data"][0]["id"]
         return self._model
 
+    def version(self) -> str:
+        """The server's vLLM version ("0.25.1"): which request shapes its weight-transfer engine takes."""
+        return str(self.request("GET", "/version")["version"])
+
     def world_size(self) -> int:
         """The server's TP × PP × DP worker count (its ranks in a weight-transfer group)."""
         return int(self.request("GET", "/get_world_size")["world_size"])

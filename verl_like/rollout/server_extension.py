@@ -4,8 +4,9 @@ vLLM's native weight-transfer API (`/init_weight_transfer_engine`, `/start_weigh
 `/finish_weight_update`) drives a `WeightTransferEngine` chosen by `--weight-transfer-config '{"backend": ...}'`.
 vLLM ships nccl and ipc engines, which need a GPU. Importing this module registers "verl_like_gloo": the same
 protocol over a gloo process group through host memory, so CPU servers (and CI) run the real server path; GPU
-servers use it too for now (their tensors are staged through host memory; a trainer side for vLLM's nccl engine is
-not written yet). The engine API it implements is the same in vLLM 0.25.1 and 0.32 (0.25 also declares the
+servers use it too (staged through host memory; a trainer side for vLLM's nccl engine is not written yet), except
+a server on the trainer's one GPU, which runs vLLM's own ipc engine (`--weight-transfer ipc`; this module then only
+adds the `verl_like_*` methods reachable through /collective_rpc, e.g. the GPU check the ipc sender makes). The engine API it implements is the same in vLLM 0.25.1 and 0.32 (0.25 also declares the
 trainer-side `trainer_send_weights` on the engine; see rollout/vllm_compat.py for the server differences).
 
 Protocol (the trainer side is `verl_like/resharding/transports/server.py`):
@@ -132,6 +133,13 @@ class WeightTransferExtension:
     def verl_like_weight_transfer_backends(self) -> list[str]:
         """The weight-transfer backends this worker knows (a check reachable through /collective_rpc)."""
         return sorted(WeightTransferEngineFactory._registry)
+
+    def verl_like_gpu_uuid(self) -> str:
+        """The UUID of this worker's GPU ("" without CUDA), through /collective_rpc: the trainer's CUDA-IPC sender
+        checks that every worker shares its GPU before it sends a handle."""
+        if not torch.cuda.is_available():
+            return ""
+        return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
 
     def verl_like_weight_sums(self) -> dict[str, float]:
         """{"sum", "sum_squares", "numel"} of this worker's model parameters in float64, through /collective_rpc.

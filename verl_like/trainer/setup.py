@@ -14,7 +14,7 @@ from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.rollout_handle import ColocatedRollout, ServerModeRollout, start_servers
-from verl_like.trainer.server_placement import server_placement
+from verl_like.trainer.server_placement import server_placement, server_weight_transfer
 from verl_like.utils.device import resolve_device
 from verl_like.utils.flops import TransformerShape
 
@@ -117,11 +117,13 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         hf_config = load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
                                    override_config=dict(model.override_config))
         overrides = resolved_overrides(hf_config, dict(model.override_config))
-    args = vllm_server_args(rollout, overrides, model.trust_remote_code)
+    device = resolve_device(trainer.device)
+    weight_transfer = server_weight_transfer(config, device)
+    args = vllm_server_args(rollout, overrides, model.trust_remote_code, weight_transfer)
     if config.rollout_pool.shares_trainer_devices and not rollout.server.address:
         pending.result()
     clients, supervisors, pool = start_servers(
-        config, model_path, args, resolve_device(trainer.device), trainer.cpus_per_worker,
+        config, model_path, args, device, trainer.cpus_per_worker,
         trainer.timeouts.worker_start_timeout_s, log_dir=str(Path(trainer.default_local_dir) / "server_logs"),
         trainer_pool=trainer_pool,
     )
@@ -131,7 +133,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         pending.result()
         # Partial rollout freezes in-flight requests across an update instead of waiting for them.
         pause_mode = "keep" if config.async_training.partial_rollout else rollout.server.pause_mode
-        actor_rollout.connect_rollout_servers([client.address for client in clients], pause_mode)
+        actor_rollout.connect_rollout_servers([client.address for client in clients], pause_mode, weight_transfer)
     except BaseException:
         handle.close()
         raise

@@ -206,10 +206,12 @@ class ActorRolloutWorker(Worker):
         logger.info("rank %d: actor and rollout ready (%s)", self.rank, metrics)
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
-    def connect_rollout_servers(self, addresses: list[str], pause_mode: str | None = None) -> dict[str, float]:
+    def connect_rollout_servers(self, addresses: list[str], pause_mode: str | None = None,
+                                weight_transfer: str = "gloo") -> dict[str, float]:
         """Server mode: links this group to the vLLM servers at `addresses` (rank 0 sends, through vLLM's
         weight-transfer API) and sends the current weights once; weight_sync/* metrics. pause_mode: what in-flight
-        requests do during an update ("abort" or "keep"; default rollout.server.pause_mode)."""
+        requests do during an update ("abort" or "keep"; default rollout.server.pause_mode). weight_transfer:
+        "gloo" or "ipc", the servers' engine (trainer/server_placement.py:server_weight_transfer resolves auto)."""
         from verl_like.resharding.transports.server import ServerTransport, ServerTransportOptions
         from verl_like.utils.device import node_ip_address
 
@@ -218,6 +220,7 @@ class ActorRolloutWorker(Worker):
         options = ServerTransportOptions(
             bucket_bytes=config.bucket_bytes, timeout_s=config.server.request_timeout_s,
             pause_mode=pause_mode or config.server.pause_mode, address=node_ip_address(), wire_dtype=wire_dtype,
+            weight_transfer=weight_transfer,
         )
         self.transport = ServerTransport(self._require(self.actor, "connect_rollout_servers").engine,
                                          list(addresses), options)

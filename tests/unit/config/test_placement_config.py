@@ -43,6 +43,14 @@ def test_rollout_mode_accepts_ours_and_verls_names(value, mode):
      r"rollout_pool.nnodes=1 x n_gpus_per_node=1 differs from trainer.nnodes=1 x n_gpus_per_node=2"),
     ([SERVER, *SHARED, "actor_rollout_ref.rollout.gpu_memory_utilization=0.6"],
      r"gpu_memory_utilization=0.6 exceeds rollout_pool.gpu_fraction=0.5.*set gpu_memory_utilization <= 0.5"),
+    ([SERVER, "actor_rollout_ref.rollout.server.weight_transfer=nccl"], r"server.weight_transfer='nccl' is not one of"),
+    ([SERVER, *SHARED, "trainer.device=cpu", "actor_rollout_ref.rollout.server.weight_transfer=ipc"],
+     r"weight_transfer=ipc moves CUDA memory, but trainer.device=cpu"),
+    ([SERVER, "trainer.device=cuda", "actor_rollout_ref.rollout.server.weight_transfer=ipc"],
+     r"weight_transfer=ipc needs the servers on the trainer's GPU, but rollout_pool.gpu_fraction=0"),
+    ([SERVER, "trainer.device=cuda", "rollout_pool.gpu_fraction=0.5", "rollout_pool.n_gpus_per_node=2",
+      "actor_rollout_ref.rollout.server.weight_transfer=ipc"],
+     r"with trainer.nnodes x n_gpus_per_node=2 devices the servers of the other devices sit on other GPUs"),
 ])
 def test_bad_placement_and_async_settings_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -90,3 +98,11 @@ def test_servers_sharing_the_trainer_devices_are_one_per_device_and_take_no_slot
     config = load_config([SERVER, *SHARED, "trainer.ray_init.num_cpus=1"])  # 1 CPU: the server needs no slot
     assert config.derived.rollout_dp_size == 1
     assert config.rollout_pool.shares_trainer_devices
+
+
+def test_ipc_is_accepted_for_a_server_on_the_one_trainer_gpu_and_for_servers_at_an_address():
+    ipc = ["trainer.device=cuda", "actor_rollout_ref.rollout.server.weight_transfer=ipc"]
+    shared = load_config([SERVER, *SHARED, *ipc])
+    assert shared.actor_rollout_ref.rollout.server.weight_transfer == "ipc"
+    # The user's servers: the sender checks their GPU at connect; the config cannot.
+    load_config([SERVER, "actor_rollout_ref.rollout.server.address=[http://127.0.0.1:8000]", *ipc])

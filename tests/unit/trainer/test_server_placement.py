@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from verl_like.config.loader import load_config
-from verl_like.trainer.server_placement import server_placement
+from verl_like.trainer.server_placement import server_placement, server_weight_transfer
 
 SERVER = "actor_rollout_ref.rollout.mode=server"
 ONE_GPU = ["trainer.n_gpus_per_node=1", "trainer.ray_init.num_cpus=null"]
@@ -52,3 +52,25 @@ def test_a_shared_placement_on_cpu_splits_only_the_cpus():
 def test_servers_at_an_address_ignore_the_pool():
     config = load_config([SERVER, "actor_rollout_ref.rollout.server.address=[http://127.0.0.1:8000]"])
     assert server_placement(config, "cuda", 1.0).trainer_fraction == 1.0
+
+
+def test_auto_weight_transfer_is_ipc_only_for_started_servers_on_the_one_cuda_device():
+    shared = load_config([SERVER, *ONE_GPU, "rollout_pool.gpu_fraction=0.5"])
+    assert server_weight_transfer(shared, "cuda") == "ipc"
+    assert server_weight_transfer(shared, "cpu") == "gloo"  # no CUDA memory to share
+    own_pool = load_config([SERVER, *ONE_GPU])
+    assert server_weight_transfer(own_pool, "cuda") == "gloo"  # servers on GPUs of their own
+    external = load_config([SERVER, *ONE_GPU, "actor_rollout_ref.rollout.server.address=[http://127.0.0.1:8000]"])
+    assert server_weight_transfer(external, "cuda") == "gloo"  # the user's servers keep gloo unless set
+    two_devices = load_config([SERVER, "trainer.n_gpus_per_node=2", "rollout_pool.n_gpus_per_node=2",
+                               "rollout_pool.gpu_fraction=0.5", "trainer.ray_init.num_cpus=null"])
+    assert server_weight_transfer(two_devices, "cuda") == "gloo"  # server 1 is not on rank 0's GPU
+
+
+def test_an_explicit_weight_transfer_stands():
+    gloo = load_config([SERVER, *ONE_GPU, "rollout_pool.gpu_fraction=0.5",
+                        "actor_rollout_ref.rollout.server.weight_transfer=gloo"])
+    assert server_weight_transfer(gloo, "cuda") == "gloo"
+    external = load_config([SERVER, *ONE_GPU, "actor_rollout_ref.rollout.server.address=[http://127.0.0.1:8000]",
+                            "actor_rollout_ref.rollout.server.weight_transfer=ipc", "trainer.device=cuda"])
+    assert server_weight_transfer(external, "cuda") == "ipc"

@@ -8,8 +8,14 @@ pause. The whole model is never gathered on one device: every trainer rank takes
 at a time from the FSDP shards, and rank 0 holds at most one bucket. A failed update tears the group down; the
 next update builds it again.
 
-The group is gloo and the servers run our gloo engine (`verl_like.rollout.server_extension`), on GPUs through host
-memory; servers receive full tensors and each worker's vLLM loader keeps its own TP slice.
+Two links carry the buckets (`rollout.server.weight_transfer`, resolved by trainer/server_placement.py):
+- gloo: a gloo group of rank 0 and every server worker, joined at init; the servers run our gloo engine
+  (`verl_like.rollout.server_extension`), on GPUs through host memory.
+- ipc: vLLM's own CUDA-IPC engine, for servers on rank 0's GPU (checked by GPU UUID at init). Rank 0 packs each
+  bucket into one uint8 buffer on its GPU and posts a pickled IPC handle of it; the server's workers map the buffer,
+  copy the tensors out and answer; the buffer is dropped only after every server has answered. Request shapes per
+  vLLM release come from `rollout/vllm_compat.py`.
+Servers receive full tensors and each worker's vLLM loader keeps its own TP slice.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.multiprocessing.reductions import reduce_tensor
 
 from verl_like.engine.base import TrainEngine
 from verl_like.resharding.gloo import free_port, gloo_group
 from verl_like.resharding.transfer import SyncStats
 from verl_like.resharding.transports.base import WeightTransport
+from verl_like.rollout import vllm_compat
 from verl_like.rollout.server_client import ServerClient, ServerError
 
 logger = logging.getLogger(__name__)
@@ -39,13 +47,15 @@ GLOO_BACKEND = "verl_like_gloo"
 class ServerTransportOptions:
     """bucket_bytes: most bytes per broadcast. timeout_s: bound of every HTTP call and collective wait.
     pause_mode: what in-flight requests do during the update ("abort" ends them, "keep" freezes them).
-    address: where the servers reach this trainer's rank 0. wire_dtype: the servers' weight dtype."""
+    address: where the servers reach this trainer's rank 0. wire_dtype: the servers' weight dtype.
+    weight_transfer: the link, "gloo" or "ipc" (module doc)."""
 
     bucket_bytes: int
     timeout_s: float
     pause_mode: str = "abort"
     address: str = "127.0.0.1"
     wire_dtype: torch.dtype = torch.float32
+    weight_transfer: str = "gloo"
 
 
 def _buckets(named: Iterable[tuple[str, torch.Tensor]], limit: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
@@ -62,29 +72,22 @@ def _buckets(named: Iterable[tuple[str, torch.Tensor]], limit: int) -> Iterator[
         yield bucket
 
 
-class WeightSender:
-    """Rank 0's link to the servers: the process group and the four-phase update round (no training engine)."""
+def _raise_first(futures: list[Future]) -> None:
+    """Waits for every future; raises the first failure (each names its server)."""
+    errors = [future.exception() for future in futures]
+    for error in errors:
+        if error is not None:
+            raise error
 
-    def __init__(self, clients: list[ServerClient], options: ServerTransportOptions) -> None:
-        self.clients = clients
-        self.options = options
+
+class _GlooLink:
+    """Buckets over a gloo group of rank 0 (this process, the store's host) and every server worker."""
+
+    def __init__(self, clients: list[ServerClient], options: ServerTransportOptions, pool: ThreadPoolExecutor) -> None:
+        self.clients, self.options, self.pool = clients, options, pool
         self.group = None
-        self._pool = ThreadPoolExecutor(max_workers=max(2, len(clients)), thread_name_prefix="weight-http")
-
-    def _on_every_server(self, call, *args) -> None:
-        """Runs `call(client, *args)` on every server at once; raises the first failure (naming its server)."""
-        futures = [self._pool.submit(call, client, *args) for client in self.clients]
-        self._raise_first(futures)
-
-    @staticmethod
-    def _raise_first(futures: list[Future]) -> None:
-        errors = [future.exception() for future in futures]
-        for error in errors:
-            if error is not None:
-                raise error
 
     def connect(self) -> None:
-        """Builds the group: every server's workers join rank 0 (this process)."""
         opts = self.options
         sizes = [client.world_size() for client in self.clients]
         world = 1 + sum(sizes)
@@ -93,22 +96,127 @@ class WeightSender:
         for client, size in zip(self.clients, sizes):
             info = {"master_address": opts.address, "master_port": port, "rank_offset": offset,
                     "world_size": world, "timeout_s": opts.timeout_s}
-            futures.append(self._pool.submit(client.init_weight_transfer, info, opts.timeout_s))
+            futures.append(self.pool.submit(client.init_weight_transfer, info, opts.timeout_s))
             offset += size
         try:
             self.group = gloo_group(opts.address, port, 0, world, opts.timeout_s, STORE_PREFIX)
         except Exception as err:
-            self._raise_first(futures)  # a server's own error names it; else the rendezvous failed here
+            _raise_first(futures)  # a server's own error names it; else the rendezvous failed here
             raise ServerError(
                 f"weight transfer: the servers {self.clients} did not join rank 0's group at {opts.address}:{port} "
                 f"within {opts.timeout_s:.0f} s ({err})"
             ) from err
-        self._raise_first(futures)
-        logger.info("weight transfer group: trainer rank 0 + %d server workers (%s)", world - 1, self.clients)
+        _raise_first(futures)
+        logger.info("weight transfer (gloo): trainer rank 0 + %d server workers (%s)", world - 1, self.clients)
+
+    def send_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> int:
+        flat = torch.cat([tensor.reshape(-1) for _, tensor in bucket]).cpu()  # gloo moves host memory
+        info = {
+            "names": [name for name, _ in bucket],
+            "shapes": [list(tensor.shape) for _, tensor in bucket],
+            "dtype_name": str(flat.dtype).removeprefix("torch."),
+        }
+        posts = [self.pool.submit(client.update_weights, info, self.options.timeout_s) for client in self.clients]
+        work = self.group.broadcast(flat, 0)
+        _raise_first(posts)
+        work.wait()
+        return flat.numel() * flat.element_size()
+
+    def finish_round(self) -> None:
+        pass
+
+    def drop(self) -> None:
+        self.group = None
+
+
+class _IpcLink:
+    """Buckets as CUDA-IPC handles of one buffer on rank 0's GPU, for servers whose workers share that GPU."""
+
+    def __init__(self, clients: list[ServerClient], options: ServerTransportOptions, pool: ThreadPoolExecutor) -> None:
+        self.clients, self.options, self.pool = clients, options, pool
+        self.versions: list[str] = []
+        self.device: torch.device | None = None
+        self.gpu_uuid = ""
+
+    def connect(self) -> None:
+        if not torch.cuda.is_available():
+            raise ServerError("actor_rollout_ref.rollout.server.weight_transfer=ipc needs CUDA, and the trainer's "
+                              "rank 0 sees no GPU; use weight_transfer=gloo")
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.gpu_uuid = str(torch.cuda.get_device_properties(self.device).uuid)
+        for client in self.clients:
+            try:
+                answer = client.request("POST", "/collective_rpc", json={"method": "verl_like_gpu_uuid"})
+            except ServerError as err:
+                raise ServerError(f"weight_transfer=ipc: {client} did not say which GPU it runs on (is it a "
+                                  f"`python -m verl_like.serve --weight-transfer ipc` server?): {err}") from err
+            others = sorted({uuid for uuid in answer["results"] if uuid != self.gpu_uuid})
+            if others:
+                raise ServerError(f"weight_transfer=ipc: {client} has workers on GPU {others}, not on the trainer's "
+                                  f"rank-0 GPU {self.gpu_uuid}; CUDA IPC needs the same GPU: use weight_transfer=gloo")
+        self.versions = [client.version() for client in self.clients]
+        futures = [self.pool.submit(client.init_weight_transfer, vllm_compat.ipc_init_info(version),
+                                    self.options.timeout_s) for client, version in zip(self.clients, self.versions)]
+        _raise_first(futures)
+        logger.info("weight transfer (ipc): %s on GPU %s (vLLM %s)", self.clients, self.gpu_uuid, self.versions)
+
+    def send_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> int:
+        sizes = [tensor.numel() * tensor.element_size() for _, tensor in bucket]
+        buffer = torch.empty(sum(sizes), dtype=torch.uint8, device=self.device)
+        offset = 0
+        for (_, tensor), size in zip(bucket, sizes):
+            buffer[offset : offset + size].copy_(tensor.contiguous().view(-1).view(torch.uint8))
+            offset += size
+        torch.cuda.current_stream(self.device).synchronize()  # the servers read the whole bucket at once
+        _, handle = reduce_tensor(buffer)
+        handles = vllm_compat.pickle_ipc_handles({self.gpu_uuid: handle})
+        names = [name for name, _ in bucket]
+        dtype_names = [str(tensor.dtype).removeprefix("torch.") for _, tensor in bucket]
+        shapes = [list(tensor.shape) for _, tensor in bucket]
+        posts = [
+            self.pool.submit(client.update_weights,
+                             vllm_compat.ipc_update_info(version, names, dtype_names, shapes, sizes, handles),
+                             self.options.timeout_s)
+            for client, version in zip(self.clients, self.versions)
+        ]
+        _raise_first(posts)  # every server has copied the bucket out of `buffer`: only now may it go
+        del buffer
+        torch.cuda.ipc_collect()  # frees the buffers the servers have released
+        return sum(sizes)
+
+    def finish_round(self) -> None:
+        torch.cuda.ipc_collect()  # 0.32's servers release their last mapping at finish
+
+    def drop(self) -> None:
+        self.versions = []
+
+
+class WeightSender:
+    """Rank 0's link to the servers and the four-phase update round (no training engine)."""
+
+    def __init__(self, clients: list[ServerClient], options: ServerTransportOptions) -> None:
+        if options.weight_transfer not in ("gloo", "ipc"):
+            raise ValueError(f"weight_transfer={options.weight_transfer!r} must be 'gloo' or 'ipc' (auto is resolved "
+                             "by trainer/server_placement.py:server_weight_transfer)")
+        self.clients = clients
+        self.options = options
+        self._pool = ThreadPoolExecutor(max_workers=max(2, len(clients)), thread_name_prefix="weight-http")
+        link = _IpcLink if options.weight_transfer == "ipc" else _GlooLink
+        self.link: _GlooLink | _IpcLink = link(clients, options, self._pool)
+        self.connected = False
+
+    def _on_every_server(self, call, *args) -> None:
+        """Runs `call(client, *args)` on every server at once; raises the first failure (naming its server)."""
+        _raise_first([self._pool.submit(call, client, *args) for client in self.clients])
+
+    def connect(self) -> None:
+        """Links rank 0 (this process) with every server's workers."""
+        self.link.connect()
+        self.connected = True
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> tuple[int, int]:
         """One update round from the stream of full tensors; returns (bytes sent, buckets)."""
-        if self.group is None:
+        if not self.connected:
             self.connect()
         opts = self.options
         sent = buckets = 0
@@ -116,35 +224,22 @@ class WeightSender:
         try:
             self._on_every_server(ServerClient.start_weight_update)
             for bucket in _buckets(((n, t.to(opts.wire_dtype)) for n, t in named_tensors), opts.bucket_bytes):
-                sent += self._send_bucket(bucket)
+                sent += self.link.send_bucket(bucket)
                 buckets += 1
             self._on_every_server(ServerClient.finish_weight_update, {"weight_version": str(version)})
+            self.link.finish_round()
         except BaseException:
-            self.group = None  # a broken round leaves the servers' side unknown: connect again next time
+            # A broken round leaves the servers' side unknown: connect again next time.
+            self.connected = False
+            self.link.drop()
             raise
         finally:
             self._on_every_server(ServerClient.resume)
         return sent, buckets
 
-    def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> int:
-        flat = torch.cat([tensor.reshape(-1) for _, tensor in bucket]).cpu()  # gloo moves host memory
-        info = {
-            "names": [name for name, _ in bucket],
-            "shapes": [list(tensor.shape) for _, tensor in bucket],
-            "dtype_name": str(flat.dtype).removeprefix("torch."),
-        }
-        posts = [self._pool.submit(client.update_weights, info, self.options.timeout_s) for client in self.clients]
-        work = self.group.broadcast(flat, 0)
-        try:
-            self._raise_first(posts)
-        except BaseException:
-            self.group = None
-            raise
-        work.wait()
-        return flat.numel() * flat.element_size()
-
     def close(self) -> None:
-        self.group = None
+        self.connected = False
+        self.link.drop()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
