@@ -56,7 +56,7 @@ from verl_like.resharding.layout import ModelShape, UnknownLayoutError
 from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
-from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
+from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
 from verl_like.rollout.from_config import sampling_config, vllm_engine_options
 from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
@@ -464,9 +464,7 @@ class ActorRolloutWorker(Worker):
     def _generate_from_text(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         texts = [self.tokenizer.decode(tokens) for tokens in prompt_token_lists(prompts)]
         requests = [text for text in texts for _ in range(sampling.n)]
-        start = time.perf_counter()
         outputs = self.generate(requests)
-        seconds = time.perf_counter() - start
         if len(outputs) != len(requests) or not all(isinstance(text, str) for text in outputs):
             raise TypeError(
                 f"{type(self).__name__}.generate returned {len(outputs)} items for {len(requests)} prompts; it must "
@@ -475,8 +473,7 @@ class ActorRolloutWorker(Worker):
         responses = [self.tokenizer.encode(text, add_special_tokens=False)[: sampling.max_tokens] for text in outputs]
         unscored = [[0.0] * len(tokens) for tokens in responses]
         pad = self.tokenizer.pad_token_id
-        metrics = generation_metrics(responses, seconds)
-        batch = build_rollout_batch(prompts, responses, unscored, sampling, pad, metrics)
+        batch = build_rollout_batch(prompts, responses, unscored, sampling, pad, generation_metrics(responses))
         # A custom engine gives text, not log-probs: compute_log_prob adds "rollout_log_probs" from its forward.
         del batch.batch["rollout_log_probs"]
         return batch
@@ -494,10 +491,7 @@ class ActorRolloutWorker(Worker):
         slowest = torch.tensor([seconds], dtype=torch.float64)
         dist.all_reduce(totals)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return {
-            "rollout/tokens_per_s": float(totals) / float(slowest) if float(slowest) > 0 else 0.0,
-            "rollout/generate_s": float(slowest),
-        }
+        return rollout_rate(float(totals), float(slowest))
 
     def _log_prob_diff(self, data: DataProto, old_log_probs: torch.Tensor) -> dict[str, float]:
         mask = response_mask_of(data.batch).bool()

@@ -183,7 +183,11 @@ def test_sampled_token_log_probs_match_the_actor(trained):
     group = trained["group"]
     out = group.generate_sequences(trained["prompts"])
     assert out.meta_info["temperature"] == 0.8 and len(out) == 2 * len(PROMPTS)
-    assert out.meta_info["metrics"]["rollout/tokens_per_s"][0] > 0
+    rollout = out.meta_info["metrics"]
+    # One rate for the whole rollout (the worker's all-reduce), not each engine's own.
+    assert rollout["rollout/tokens_per_s"][0] > 0 and len(set(rollout["rollout/tokens_per_s"])) == 1
+    assert rollout["rollout/tokens_per_s"][0] == pytest.approx(
+        sum(rollout["rollout/generated_tokens"]) / rollout["rollout/generate_s"][0])
     scored = group.compute_log_prob(out)
     mask = out.batch["response_mask"].bool()
     diff = (out.batch["rollout_log_probs"] - scored.batch["old_log_probs"]).abs()[mask]
