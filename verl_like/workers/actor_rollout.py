@@ -3,10 +3,10 @@
     spec = RoleSpec(ActorRolloutWorker, (model_path, actor_cfg, rollout_cfg, ref_cfg))
     group = WorkerGroup(pool, spec, name="actor_rollout")
     group.init_model()
-    batch = group.generate_sequences(prompts)           # responses, rollout_log_probs; syncs stale weights first
+    batch = group.generate_sequences(prompts)           # responses, rollout_log_probs
     batch = batch.union(group.compute_log_prob(batch))  # old_log_probs (+ rollout/logprob_diff_* metrics)
     metrics = group.update_actor(batch).meta_info["metrics"]
-    group.sync_weights()                                # weight_sync/* metrics (generate_sequences syncs if skipped)
+    group.sync_weights()                                # weight_sync/* metrics; required before the next rollout
     group.close()                                       # before group.shutdown(): releases the engine cleanly
 
 Meshes, registered from the group's Topology (config/topology.py; the driver computes it once and hands it in):
@@ -128,7 +128,8 @@ class ActorRolloutWorker(Worker):
         self.ref: ReferencePolicy | None = None
         self.rollout: RolloutEngine | None = None
         self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
-        self._synced_step: int | None = None
+        self._synced_step: int | None = None  # the actor step whose weights the rollout engine holds
+        self._weights_discarded = False  # the engine's last sleep threw its weights away (sleep_discards_weights)
 
     # ----- overridable hooks -----
 
@@ -231,16 +232,17 @@ class ActorRolloutWorker(Worker):
 
         meta_info: "validate" uses rollout.val_kwargs; "do_sample": False decodes greedily (one sample); "seed"
         seeds the sampling of this call (prompt i of the whole batch draws from seed + i * n).
-        Weights are synced first when the actor has stepped since the last sync. Adds meta_info["temperature"]
-        and metrics rollout/tokens_per_s (all ranks' tokens over the slowest rank's time) and weight_sync/*.
+        The engine must hold the actor's current weights: after `update_actor` call `sync_weights` first (the
+        driver owns that decision; a stale engine raises instead of syncing behind its back). Weights that the
+        engine's sleep discarded come back with its wake-up. Adds meta_info["temperature"] and metrics
+        rollout/tokens_per_s (all ranks' tokens over the slowest rank's time), and weight_sync/* when a wake-up
+        reloaded discarded weights.
         """
         actor = self._require(self.actor, "generate_sequences")
         if self.rollout_config.mode == "server":
             raise RuntimeError("generate_sequences: actor_rollout_ref.rollout.mode=server generates in the vLLM "
                                "servers (trainer/rollout_handle.py), not in the trainer's workers")
-        metrics = {}
-        if self._synced_step != actor.engine.global_step:
-            metrics.update(self._sync_weights())
+        self._check_rollout_current(actor.engine.global_step)
         sampling = sampling_config(
             self.rollout_config, validate=bool(prompts.meta_info.get("validate", False)),
             greedy=prompts.meta_info.get("do_sample", True) is False,
@@ -251,7 +253,7 @@ class ActorRolloutWorker(Worker):
             dp_rank = self._rollout_layout().coord(self.rank).dp_rank
             first = int(prompts.meta_info["seed"]) + dp_rank * len(prompts) * sampling.n
             sampling = dataclasses.replace(sampling, seed=first)
-        self._wake_rollout()
+        metrics = self._wake_rollout()
         start = time.perf_counter()
         try:
             if self.rollout is None:
@@ -299,7 +301,7 @@ class ActorRolloutWorker(Worker):
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO epochs on this rank's rows (PPOActor.update_policy); a rowless DataProto with meta_info["metrics"].
 
-        The rollout engine keeps the old weights until `sync_weights` (or the next `generate_sequences`).
+        The rollout engine keeps the old weights until `sync_weights`; generating before it raises.
         """
         actor = self._require(self.actor, "update_actor")
         if "temperature" not in data.meta_info:
@@ -435,9 +437,20 @@ class ActorRolloutWorker(Worker):
                 logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)
         return FullTensorTransport(engine, self.rollout.load_weights)
 
+    def _check_rollout_current(self, actor_step: int) -> None:
+        """Raises unless the rollout engine holds the weights of `actor_step` (no transport: the user's text hook
+        keeps its own weights, as warned at construction)."""
+        if self.transport is None or self._synced_step == actor_step:
+            return
+        held = "no weights of the actor" if self._synced_step is None else f"the weights of step {self._synced_step}"
+        raise RuntimeError(
+            f"ActorRolloutWorker.generate_sequences: the rollout engine holds {held} but the actor is at step "
+            f"{actor_step}; call sync_weights() on the group after update_actor (the driver owns the weight sync)"
+        )
+
     def _sync_weights(self) -> dict[str, float]:
-        """The one place weights move to the rollout (the driver's sync_weights, a stale or discarded engine
-        before generation, init and resume)."""
+        """The one place weights move to the rollout: init, the driver's sync_weights, resume, and the wake-up of
+        an engine whose sleep discarded them."""
         actor = self._require(self.actor, "sync_weights")
         if self.transport is None:
             return {}
@@ -446,20 +459,24 @@ class ActorRolloutWorker(Worker):
         with self._onloaded(actor.engine):
             stats = self.transport.send(version=actor.engine.global_step)
         self._synced_step = actor.engine.global_step
+        self._weights_discarded = False
         return stats.metrics()
 
-    def _wake_rollout(self) -> None:
+    def _wake_rollout(self) -> dict[str, float]:
+        """Wakes the engine for generation; weight_sync/* metrics when its weights had to be loaded again."""
         if self.rollout is None:
-            return
+            return {}
+        # Not a sync decision: the same version again, because sleep threw it away (vLLM's sleep level 2).
+        metrics = self._sync_weights() if self._weights_discarded else {}
         # Staged, weights before the KV cache; the engine owns its sleep state and skips parts already awake.
         self.rollout.wake_up(["weights"])
         self.rollout.wake_up(["kv_cache"])
+        return metrics
 
     def _sleep_rollout(self) -> None:
         if self.rollout is not None and self.rollout_config.free_cache_engine:
             self.rollout.sleep()
-            if self.rollout.sleep_discards_weights:
-                self._synced_step = None  # the next generation syncs again, even within the same step
+            self._weights_discarded = self.rollout.sleep_discards_weights
 
     def _generate_from_text(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         texts = [self.tokenizer.decode(tokens) for tokens in prompt_token_lists(prompts)]
