@@ -61,6 +61,11 @@ class SamplingConfig:
         """True when decoding takes the argmax (no temperature/top-k/top-p)."""
         return not self.do_sample
 
+    @property
+    def log_prob_temperature(self) -> float:
+        """The temperature of the rollout's log-probs, which old and reference log-probs must use: 1 when greedy."""
+        return self.temperature if self.do_sample else 1.0
+
 
 class RolloutEngine(abc.ABC):
     """Generates responses for token-id prompts and reports the sampled tokens' log-probs.

@@ -57,7 +57,8 @@ from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
-from verl_like.rollout.from_config import sampling_config, vllm_engine_options
+from verl_like.rollout.from_config import vllm_engine_options
+from verl_like.rollout.request import GenerationRequest
 from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
@@ -230,8 +231,9 @@ class ActorRolloutWorker(Worker):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Rollout batch for this TP group's chunk of prompts (layout in `RolloutEngine`).
 
-        meta_info: "validate" uses rollout.val_kwargs; "do_sample": False decodes greedily (one sample); "seed"
-        seeds the sampling of this call (prompt i of the whole batch draws from seed + i * n).
+        meta_info: a `GenerationRequest` (rollout/request.py): "validate" uses rollout.val_kwargs; "do_sample":
+        False decodes greedily (one sample); "seed" seeds the sampling of this call (prompt i of the whole batch
+        draws from seed + i * n).
         The engine must hold the actor's current weights: after `update_actor` call `sync_weights` first (the
         driver owns that decision; a stale engine raises instead of syncing behind its back). Weights that the
         engine's sleep discarded come back with its wake-up. Adds meta_info["temperature"] and metrics
@@ -243,16 +245,11 @@ class ActorRolloutWorker(Worker):
             raise RuntimeError("generate_sequences: actor_rollout_ref.rollout.mode=server generates in the vLLM "
                                "servers (trainer/rollout_handle.py), not in the trainer's workers")
         self._check_rollout_current(actor.engine.global_step)
-        sampling = sampling_config(
-            self.rollout_config, validate=bool(prompts.meta_info.get("validate", False)),
-            greedy=prompts.meta_info.get("do_sample", True) is False,
+        # With a seed, this TP group's prompts take the seeds after those of the (equal) DP chunks before it.
+        dp_rank = self._rollout_layout().coord(self.rank).dp_rank
+        sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(
+            self.rollout_config, prompts_before=dp_rank * len(prompts)
         )
-        if "seed" in prompts.meta_info and sampling.do_sample:
-            # A per-call seed makes a step's samples reproducible (resume == uninterrupted run); this TP group's
-            # prompts take the seeds after those of the DP ranks before it.
-            dp_rank = self._rollout_layout().coord(self.rank).dp_rank
-            first = int(prompts.meta_info["seed"]) + dp_rank * len(prompts) * sampling.n
-            sampling = dataclasses.replace(sampling, seed=first)
         metrics = self._wake_rollout()
         start = time.perf_counter()
         try:
@@ -263,7 +260,7 @@ class ActorRolloutWorker(Worker):
         finally:
             self._sleep_rollout()
         metrics.update(self._global_rollout_rate(out, time.perf_counter() - start))
-        out.meta_info["temperature"] = sampling.temperature if sampling.do_sample else 1.0
+        out.meta_info["temperature"] = sampling.log_prob_temperature
         out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **metrics}
         return out
 
@@ -275,7 +272,7 @@ class ActorRolloutWorker(Worker):
         tokens, over every rank). A text-hook worker's rollout has no log-probs: this call adds its
         "rollout_log_probs", equal to "old_log_probs" on response tokens (the same forward)."""
         actor = self._require(self.actor, "compute_log_prob")
-        temperature = float(data.meta_info.get("temperature", self.rollout_config.temperature))
+        temperature = self._rollout_temperature(data)
         with self._onloaded(actor.engine), self._log_prob_micro_batching(actor.engine):
             out = actor.compute_log_prob(data, temperature=temperature, calculate_entropy=True)
         out.meta_info["temperature"] = temperature
@@ -292,8 +289,7 @@ class ActorRolloutWorker(Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """"ref_log_probs" `(batch, response_len)` under the reference policy (meta_info["temperature"])."""
         ref = self._require(self.ref, "compute_ref_log_prob", "build the worker with ref=RefConfig(...)")
-        if "temperature" not in data.meta_info:
-            data.meta_info["temperature"] = self.rollout_config.temperature
+        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(ref.engine):
             return ref.compute_ref_log_prob(data)
 
@@ -304,8 +300,7 @@ class ActorRolloutWorker(Worker):
         The rollout engine keeps the old weights until `sync_weights`; generating before it raises.
         """
         actor = self._require(self.actor, "update_actor")
-        if "temperature" not in data.meta_info:
-            data.meta_info["temperature"] = self.rollout_config.temperature
+        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(actor.engine):
             metrics = actor.update_policy(data)
         return DataProto(meta_info={"metrics": metrics})
@@ -328,8 +323,7 @@ class ActorRolloutWorker(Worker):
         from verl_like.workers.distill_update import update_policy_distill
 
         actor = self._require(self.actor, "update_actor_distill")
-        if "temperature" not in data.meta_info:
-            data.meta_info["temperature"] = self.rollout_config.temperature
+        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(actor.engine):
             metrics = update_policy_distill(actor, data, data.meta_info["distillation"])
         return DataProto(meta_info={"metrics": metrics})
@@ -387,6 +381,11 @@ class ActorRolloutWorker(Worker):
         if self.topology.rollout is None:
             raise RuntimeError("the rollout has no TP groups in this group (rollout.mode=server)")
         return self.topology.rollout
+
+    def _rollout_temperature(self, data: DataProto) -> float:
+        """The temperature the batch's rollout sampled at (meta_info["temperature"], which generate_sequences
+        sets), else rollout.temperature: log-probs must be taken at it."""
+        return float(data.meta_info.get("temperature", self.rollout_config.temperature))
 
     @staticmethod
     def _require(value, op: str, fix: str = "call init_model() on the group first"):
