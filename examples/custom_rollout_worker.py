@@ -6,7 +6,8 @@ What a subclass of ActorRolloutWorker does here (the pattern of verl's custom-ro
 - builds its engine in `__init__`, AFTER `super().__init__(...)`, which joins the group's torch.distributed
   world (vLLM then runs inside it; each rank gets its own single-GPU engine);
 - overrides `generate(prompts: list[str]) -> list[str]`: the framework decodes the prompt batch to text, calls it,
-  tokenizes the texts it returns into the response tensors and computes `rollout_log_probs` with the actor;
+  tokenizes the texts it returns into the response tensors; `compute_log_prob` adds `rollout_log_probs` (the
+  actor's `old_log_probs`: one forward for both);
 - overrides `update_rollout_weights(named_tensors)`: called on every rank after each actor update with the
   policy's full tensors. Leave it out and the worker warns loudly at start: the engine would keep the initial
   weights, and every rollout would come from a stale policy.

@@ -17,7 +17,7 @@ Use, per mini-batch on each DP rank::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -126,6 +126,33 @@ class LossNormalizer:
             num_seqs=num_seqs,
             loss_scale_factor=float(loss_scale_factor) if uses_scale else None,
             grad_scale=float(dp_size) if grad_reduction == "mean" else 1.0,
+        )
+
+    @classmethod
+    def from_engine_counts(
+        cls,
+        meta_info: Mapping[str, Any],
+        loss_agg_mode: str,
+        *,
+        loss_scale_factor: float | None = None,
+    ) -> "LossNormalizer":
+        """Normaliser of a micro-batch from the mini-batch counts a TrainEngine puts in its `meta_info`.
+
+        The engine's loss contract (engine/base.py): "global_token_count" and "global_sequence_count" over every
+        data-parallel rank, gradients summed over ranks (grad_scale 1). No collective: the engine counted once.
+        loss_scale_factor: required for ``seq-mean-token-sum-norm`` (the caller's constant or padded length).
+        """
+        _check_mode(loss_agg_mode)
+        missing = [key for key in ("global_token_count", "global_sequence_count") if key not in meta_info]
+        if missing:
+            raise KeyError(f"micro_batch.meta_info lacks {missing}: the engine's forward_backward sets them (the "
+                           "loss contract in verl_like/engine/base.py)")
+        uses_scale = loss_agg_mode == "seq-mean-token-sum-norm"
+        return cls(
+            loss_agg_mode=loss_agg_mode,
+            num_tokens=float(meta_info["global_token_count"]),
+            num_seqs=float(meta_info["global_sequence_count"]),
+            loss_scale_factor=float(loss_scale_factor) if uses_scale and loss_scale_factor is not None else None,
         )
 
     @classmethod

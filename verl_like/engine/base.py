@@ -22,7 +22,7 @@ Loss contract of `forward_backward` (why: data parallelism must give exactly the
   in `micro_batch.meta_info`:
     "global_token_count": valid response tokens in the mini-batch over all ranks (all valid tokens for a batch
       without `responses`);
-    "global_sequence_count": sequences in the mini-batch over all ranks.
+    "global_sequence_count": sequences with at least one valid token in the mini-batch over all ranks.
   A token-mean loss is `(per_token_loss * mask).sum() / global_token_count`; a sequence-mean one divides the
   sum of per-sequence values by `global_sequence_count`.
 """

@@ -72,15 +72,13 @@ def plan_micro_batches(
 
 
 def global_counts(tensors: TensorDict, group: dist.ProcessGroup | None) -> tuple[int, int]:
-    """(valid response tokens, sequences) summed over the ranks of `group` (a collective).
+    """(valid response tokens, sequences with at least one of them) summed over the ranks of `group` (a collective).
 
-    For a batch without `responses` the tokens are all valid tokens.
+    For a batch without `responses` the tokens are all valid tokens. A row without a valid token (a skipped DPO
+    pair, an empty response) is no sequence: it would only dilute a sequence mean.
     """
-    if "responses" in tensors.keys():
-        tokens = response_mask_of(tensors).sum()
-    else:
-        tokens = tensors["attention_mask"].sum()
-    counts = torch.tensor([int(tokens), int(tensors.batch_size[0])], dtype=torch.long)
+    mask = response_mask_of(tensors) if "responses" in tensors.keys() else tensors["attention_mask"]
+    counts = torch.tensor([int(mask.sum()), int((mask.sum(-1) > 0).sum())], dtype=torch.long)
     if dist.is_initialized():
         dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
     return int(counts[0]), int(counts[1])

@@ -61,6 +61,11 @@ class SamplingConfig:
         """True when decoding takes the argmax (no temperature/top-k/top-p)."""
         return not self.do_sample
 
+    @property
+    def log_prob_temperature(self) -> float:
+        """The temperature of the rollout's log-probs, which old and reference log-probs must use: 1 when greedy."""
+        return self.temperature if self.do_sample else 1.0
+
 
 class RolloutEngine(abc.ABC):
     """Generates responses for token-id prompts and reports the sampled tokens' log-probs.
@@ -71,7 +76,8 @@ class RolloutEngine(abc.ABC):
     right-padded with the pad id, `response_mask` (1 for generated tokens incl. the final eos/stop token),
     `input_ids` = cat(prompts, responses), `attention_mask`, `position_ids` (continuing after the prompt) and
     `rollout_log_probs` (batch*n, response_len): log-prob of each sampled token after temperature/top-k/top-p
-    processing, 0 where `response_mask` is 0. meta_info["metrics"] carries generation counts and timings.
+    processing, 0 where `response_mask` is 0. meta_info["metrics"] carries this call's token counts
+    (rollout/generated_tokens, rollout/mean_response_length); the rate of the whole rollout is the caller's.
     """
 
     @abc.abstractmethod

@@ -87,12 +87,17 @@ def build_rollout_batch(
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
 
 
-def generation_metrics(responses: Sequence[Sequence[int]], seconds: float) -> dict[str, float]:
-    """Counts and rates of one generate call, under `rollout/` names."""
+def generation_metrics(responses: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Token counts of one generate call, under `rollout/` names. The rate is not an engine's to report: one
+    engine sees one share of the rollout (`rollout_rate` is computed by whoever sees all of it)."""
     tokens = sum(len(r) for r in responses)
     return {
         "rollout/generated_tokens": float(tokens),
-        "rollout/generate_s": seconds,
-        "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         "rollout/mean_response_length": tokens / max(len(responses), 1),
     }
+
+
+def rollout_rate(tokens: float, seconds: float) -> dict[str, float]:
+    """rollout/tokens_per_s and rollout/generate_s of a whole rollout: all its tokens over its wall time (the
+    colocated workers all-reduce their counts and their slowest time first; the server client sees all)."""
+    return {"rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0, "rollout/generate_s": seconds}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterable
 
 import torch
@@ -83,7 +82,6 @@ class HFRolloutEngine(RolloutEngine):
         attention_mask = prompts.batch["attention_mask"].repeat_interleave(sampling.n, dim=0).to(device)
         was_training = self.model.training
         self.model.eval()
-        start = time.perf_counter()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
@@ -92,7 +90,6 @@ class HFRolloutEngine(RolloutEngine):
                 attention_mask=attention_mask,
                 generation_config=self._generation_config(sampling),
             )
-        seconds = time.perf_counter() - start
         self.model.train(was_training)
 
         generated = output.sequences[:, input_ids.shape[1]:].cpu()
@@ -110,7 +107,7 @@ class HFRolloutEngine(RolloutEngine):
             responses.append(tokens[:length])
             log_probs.append(token_log_probs[row, :length].tolist())
         return build_rollout_batch(
-            prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses, seconds)
+            prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses)
         )
 
     @torch.no_grad()

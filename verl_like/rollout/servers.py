@@ -15,7 +15,7 @@ from typing import Any
 
 from verl_like.protocol import DataProto
 from verl_like.rollout.base import SamplingConfig
-from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
+from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
 from verl_like.rollout.server_client import Completion, ServerClient
 
 logger = logging.getLogger(__name__)
@@ -76,9 +76,9 @@ class ServerRollout:
         seconds = time.perf_counter() - start
         responses = [sample.token_ids for group in samples for sample in group]
         log_probs = [sample.log_probs for group in samples for sample in group]
-        return build_rollout_batch(
-            prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses, seconds)
-        )
+        metrics = generation_metrics(responses)
+        metrics.update(rollout_rate(metrics["rollout/generated_tokens"], seconds))  # this client sees every server
+        return build_rollout_batch(prompts, responses, log_probs, sampling, self.pad_token_id, metrics)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

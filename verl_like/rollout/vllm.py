@@ -186,9 +186,7 @@ class VLLMRolloutEngine(RolloutEngine):
         token_lists = prompt_token_lists(prompts)
         requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
         params = [self._sampling_params(sampling, index) for index in range(len(requests))]
-        start = time.perf_counter()
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        seconds = time.perf_counter() - start
 
         responses, log_probs = [], []
         for output in outputs:
@@ -198,7 +196,7 @@ class VLLMRolloutEngine(RolloutEngine):
                 responses.append(tokens)
                 log_probs.append(vllm_compat.sampled_logprobs(tokens, sample.logprobs))
         return build_rollout_batch(
-            prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses, seconds)
+            prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses)
         )
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

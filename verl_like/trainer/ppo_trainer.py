@@ -31,6 +31,7 @@ from verl_like.algorithms import (
     filter_zero_variance_groups,
 )
 from verl_like.protocol import DataProto
+from verl_like.rollout.request import GenerationRequest
 from verl_like.trainer.async_rollout import RolloutPrefetcher
 from verl_like.trainer.balance import balance_batch
 from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_state
@@ -172,7 +173,8 @@ class PPOTrainer:
         prompts.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(prompts))], dtype=object)
         # Seeded by step (and dynamic-sampling attempt) so a resumed run samples what the uninterrupted one did.
         base = self.config.actor_rollout_ref.rollout.seed
-        prompts.meta_info["seed"] = (base * 1_000_003 + step * 7_919 * 131 + attempt * 104_729) % 2**31
+        seed = (base * 1_000_003 + step * 7_919 * 131 + attempt * 104_729) % 2**31
+        prompts.meta_info.update(GenerationRequest(seed=seed).to_meta_info())
         return self._c.rollout.generate(prompts)
 
     def _generate(self, prompts: DataProto, timings: dict[str, float], attempt: int = 0) -> DataProto:
@@ -303,7 +305,7 @@ class PPOTrainer:
                 "position_ids": first.batch["position_ids"][:, :prompt_len],
             },
             non_tensors=dict(first.non_tensor_batch),
-            meta_info={"do_sample": False},
+            meta_info=GenerationRequest(greedy=True).to_meta_info(),
         )
         with timed(timings, "gen_greedy"):
             greedy = self._c.rollout.generate(prompts)
@@ -393,7 +395,7 @@ class PPOTrainer:
         skip_failed = self.config.reward_model.error_policy == "skip"
         self.last_val_samples = []
         for prompts in c.val_batches():
-            prompts.meta_info["validate"] = True
+            prompts.meta_info.update(GenerationRequest(validate=True).to_meta_info())
             out = c.rollout.generate(prompts)
             scored = self._batch_scorer.score(out)
             sequence_scores = scored.scores.sum(-1)

@@ -9,7 +9,6 @@ metrics. Weights move only in `sync_weights` (and, colocated, when an engine's s
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from verl_like.protocol import DataProto
-from verl_like.rollout.from_config import sampling_config
+from verl_like.rollout.request import GenerationRequest
 from verl_like.single_controller import ResourcePool
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.server_placement import server_placement
@@ -62,20 +61,15 @@ class ServerModeRollout:
         self.pool = pool
 
     def generate(self, prompts: DataProto) -> DataProto:
-        """Same meta_info as `ActorRolloutWorker.generate_sequences`: "validate", "do_sample", "seed"."""
-        sampling = sampling_config(
-            self.config, validate=bool(prompts.meta_info.get("validate", False)),
-            greedy=prompts.meta_info.get("do_sample", True) is False,
-        )
-        if "seed" in prompts.meta_info and sampling.do_sample:
-            sampling = dataclasses.replace(sampling, seed=int(prompts.meta_info["seed"]))
+        """Same meta_info as `ActorRolloutWorker.generate_sequences`: a GenerationRequest."""
+        sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(self.config)
         from verl_like.rollout.server_client import ServerError
 
         try:
             out = self.servers.generate(prompts, sampling)
         except ServerError as err:
             raise ServerError(f"rollout failed: {err}{self._server_logs()}") from err
-        out.meta_info["temperature"] = sampling.temperature if sampling.do_sample else 1.0
+        out.meta_info["temperature"] = sampling.log_prob_temperature
         return out
 
     def sync_weights(self) -> list[dict[str, float]]:

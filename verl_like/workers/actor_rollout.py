@@ -3,10 +3,10 @@
     spec = RoleSpec(ActorRolloutWorker, (model_path, actor_cfg, rollout_cfg, ref_cfg))
     group = WorkerGroup(pool, spec, name="actor_rollout")
     group.init_model()
-    batch = group.generate_sequences(prompts)           # responses, rollout_log_probs; syncs stale weights first
+    batch = group.generate_sequences(prompts)           # responses, rollout_log_probs
     batch = batch.union(group.compute_log_prob(batch))  # old_log_probs (+ rollout/logprob_diff_* metrics)
     metrics = group.update_actor(batch).meta_info["metrics"]
-    group.sync_weights()                                # weight_sync/* metrics (generate_sequences syncs if skipped)
+    group.sync_weights()                                # weight_sync/* metrics; required before the next rollout
     group.close()                                       # before group.shutdown(): releases the engine cleanly
 
 Meshes, registered from the group's Topology (config/topology.py; the driver computes it once and hands it in):
@@ -22,9 +22,10 @@ rollout.mode=server the worker holds no engine: `connect_rollout_servers(address
 Custom engines, two ways (examples/custom_rollout_worker.py):
 - override `build_rollout_engine()` to return your own RolloutEngine (its `load_weights` gets full tensors);
 - override the text hook `generate(prompts: list[str]) -> list[str]` around an engine you build yourself after
-  `super().__init__(...)`. The framework decodes the prompts, tokenizes your texts into the response tensors and
-  takes `rollout_log_probs` from the actor. Override `update_rollout_weights(named_tensors)` too, or your engine
-  never sees a new weight (a loud warning at start says so).
+  `super().__init__(...)`. The framework decodes the prompts, tokenizes your texts into the response tensors;
+  `compute_log_prob` then returns `rollout_log_probs` = `old_log_probs` (one actor forward for both). Override
+  `update_rollout_weights(named_tensors)` too, or your engine never sees a new weight (a loud warning at start
+  says so).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ from verl_like.resharding.layout import ModelShape, UnknownLayoutError
 from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
-from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
-from verl_like.rollout.from_config import sampling_config, vllm_engine_options
+from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
+from verl_like.rollout.from_config import vllm_engine_options
+from verl_like.rollout.request import GenerationRequest
 from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
@@ -127,7 +129,8 @@ class ActorRolloutWorker(Worker):
         self.ref: ReferencePolicy | None = None
         self.rollout: RolloutEngine | None = None
         self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
-        self._synced_step: int | None = None
+        self._synced_step: int | None = None  # the actor step whose weights the rollout engine holds
+        self._weights_discarded = False  # the engine's last sleep threw its weights away (sleep_discards_weights)
 
     # ----- overridable hooks -----
 
@@ -231,29 +234,26 @@ class ActorRolloutWorker(Worker):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Rollout batch for this TP group's chunk of prompts (layout in `RolloutEngine`).
 
-        meta_info: "validate" uses rollout.val_kwargs; "do_sample": False decodes greedily (one sample); "seed"
-        seeds the sampling of this call (prompt i of the whole batch draws from seed + i * n).
-        Weights are synced first when the actor has stepped since the last sync. Adds meta_info["temperature"]
-        and metrics rollout/tokens_per_s (all ranks' tokens over the slowest rank's time) and weight_sync/*.
+        meta_info: a `GenerationRequest` (rollout/request.py): "validate" uses rollout.val_kwargs; "do_sample":
+        False decodes greedily (one sample); "seed" seeds the sampling of this call (prompt i of the whole batch
+        draws from seed + i * n).
+        The engine must hold the actor's current weights: after `update_actor` call `sync_weights` first (the
+        driver owns that decision; a stale engine raises instead of syncing behind its back). Weights that the
+        engine's sleep discarded come back with its wake-up. Adds meta_info["temperature"] and metrics
+        rollout/tokens_per_s (all ranks' tokens over the slowest rank's time), and weight_sync/* when a wake-up
+        reloaded discarded weights.
         """
         actor = self._require(self.actor, "generate_sequences")
         if self.rollout_config.mode == "server":
             raise RuntimeError("generate_sequences: actor_rollout_ref.rollout.mode=server generates in the vLLM "
                                "servers (trainer/rollout_handle.py), not in the trainer's workers")
-        metrics = {}
-        if self._synced_step != actor.engine.global_step:
-            metrics.update(self._sync_weights())
-        sampling = sampling_config(
-            self.rollout_config, validate=bool(prompts.meta_info.get("validate", False)),
-            greedy=prompts.meta_info.get("do_sample", True) is False,
+        self._check_rollout_current(actor.engine.global_step)
+        # With a seed, this TP group's prompts take the seeds after those of the (equal) DP chunks before it.
+        dp_rank = self._rollout_layout().coord(self.rank).dp_rank
+        sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(
+            self.rollout_config, prompts_before=dp_rank * len(prompts)
         )
-        if "seed" in prompts.meta_info and sampling.do_sample:
-            # A per-call seed makes a step's samples reproducible (resume == uninterrupted run); this TP group's
-            # prompts take the seeds after those of the DP ranks before it.
-            dp_rank = self._rollout_layout().coord(self.rank).dp_rank
-            first = int(prompts.meta_info["seed"]) + dp_rank * len(prompts) * sampling.n
-            sampling = dataclasses.replace(sampling, seed=first)
-        self._wake_rollout()
+        metrics = self._wake_rollout()
         start = time.perf_counter()
         try:
             if self.rollout is None:
@@ -263,7 +263,7 @@ class ActorRolloutWorker(Worker):
         finally:
             self._sleep_rollout()
         metrics.update(self._global_rollout_rate(out, time.perf_counter() - start))
-        out.meta_info["temperature"] = sampling.temperature if sampling.do_sample else 1.0
+        out.meta_info["temperature"] = sampling.log_prob_temperature
         out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **metrics}
         return out
 
@@ -272,13 +272,19 @@ class ActorRolloutWorker(Worker):
         """"old_log_probs" and "entropy" `(batch, response_len)` under the current actor, at the rollout's
         temperature (meta_info["temperature"], else rollout.temperature); with "rollout_log_probs" in the batch
         also metrics rollout/logprob_diff_mean and rollout/logprob_diff_max (|rollout - old| on response
-        tokens, over every rank)."""
+        tokens, over every rank). A text-hook worker's rollout has no log-probs: this call adds its
+        "rollout_log_probs", equal to "old_log_probs" on response tokens (the same forward)."""
         actor = self._require(self.actor, "compute_log_prob")
-        temperature = float(data.meta_info.get("temperature", self.rollout_config.temperature))
+        temperature = self._rollout_temperature(data)
         with self._onloaded(actor.engine), self._log_prob_micro_batching(actor.engine):
             out = actor.compute_log_prob(data, temperature=temperature, calculate_entropy=True)
         out.meta_info["temperature"] = temperature
-        if "rollout_log_probs" in data.batch.keys():
+        if self._scores_text_rollouts(data):
+            # One forward for both: the text hook's samples have no log-probs of their own, and the rollout's are
+            # the actor's under the weights that generated them (the driver syncs after each update, not before).
+            out.batch["rollout_log_probs"] = out.batch["old_log_probs"] * response_mask_of(data.batch)
+            out.meta_info["metrics"] = {"rollout/logprob_diff_mean": 0.0, "rollout/logprob_diff_max": 0.0}
+        elif "rollout_log_probs" in data.batch.keys():
             out.meta_info["metrics"] = self._log_prob_diff(data, out.batch["old_log_probs"])
         return out
 
@@ -286,8 +292,7 @@ class ActorRolloutWorker(Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """"ref_log_probs" `(batch, response_len)` under the reference policy (meta_info["temperature"])."""
         ref = self._require(self.ref, "compute_ref_log_prob", "build the worker with ref=RefConfig(...)")
-        if "temperature" not in data.meta_info:
-            data.meta_info["temperature"] = self.rollout_config.temperature
+        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(ref.engine):
             return ref.compute_ref_log_prob(data)
 
@@ -295,11 +300,10 @@ class ActorRolloutWorker(Worker):
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO epochs on this rank's rows (PPOActor.update_policy); a rowless DataProto with meta_info["metrics"].
 
-        The rollout engine keeps the old weights until `sync_weights` (or the next `generate_sequences`).
+        The rollout engine keeps the old weights until `sync_weights`; generating before it raises.
         """
         actor = self._require(self.actor, "update_actor")
-        if "temperature" not in data.meta_info:
-            data.meta_info["temperature"] = self.rollout_config.temperature
+        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(actor.engine):
             metrics = actor.update_policy(data)
         return DataProto(meta_info={"metrics": metrics})
@@ -322,8 +326,7 @@ class ActorRolloutWorker(Worker):
         from verl_like.workers.distill_update import update_policy_distill
 
         actor = self._require(self.actor, "update_actor_distill")
-        if "temperature" not in data.meta_info:
-            data.meta_info["temperature"] = self.rollout_config.temperature
+        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(actor.engine):
             metrics = update_policy_distill(actor, data, data.meta_info["distillation"])
         return DataProto(meta_info={"metrics": metrics})
@@ -382,6 +385,11 @@ class ActorRolloutWorker(Worker):
             raise RuntimeError("the rollout has no TP groups in this group (rollout.mode=server)")
         return self.topology.rollout
 
+    def _rollout_temperature(self, data: DataProto) -> float:
+        """The temperature the batch's rollout sampled at (meta_info["temperature"], which generate_sequences
+        sets), else rollout.temperature: log-probs must be taken at it."""
+        return float(data.meta_info.get("temperature", self.rollout_config.temperature))
+
     @staticmethod
     def _require(value, op: str, fix: str = "call init_model() on the group first"):
         if value is None:
@@ -431,9 +439,20 @@ class ActorRolloutWorker(Worker):
                 logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)
         return FullTensorTransport(engine, self.rollout.load_weights)
 
+    def _check_rollout_current(self, actor_step: int) -> None:
+        """Raises unless the rollout engine holds the weights of `actor_step` (no transport: the user's text hook
+        keeps its own weights, as warned at construction)."""
+        if self.transport is None or self._synced_step == actor_step:
+            return
+        held = "no weights of the actor" if self._synced_step is None else f"the weights of step {self._synced_step}"
+        raise RuntimeError(
+            f"ActorRolloutWorker.generate_sequences: the rollout engine holds {held} but the actor is at step "
+            f"{actor_step}; call sync_weights() on the group after update_actor (the driver owns the weight sync)"
+        )
+
     def _sync_weights(self) -> dict[str, float]:
-        """The one place weights move to the rollout (the driver's sync_weights, a stale or discarded engine
-        before generation, init and resume)."""
+        """The one place weights move to the rollout: init, the driver's sync_weights, resume, and the wake-up of
+        an engine whose sleep discarded them."""
         actor = self._require(self.actor, "sync_weights")
         if self.transport is None:
             return {}
@@ -442,44 +461,46 @@ class ActorRolloutWorker(Worker):
         with self._onloaded(actor.engine):
             stats = self.transport.send(version=actor.engine.global_step)
         self._synced_step = actor.engine.global_step
+        self._weights_discarded = False
         return stats.metrics()
 
-    def _wake_rollout(self) -> None:
+    def _wake_rollout(self) -> dict[str, float]:
+        """Wakes the engine for generation; weight_sync/* metrics when its weights had to be loaded again."""
         if self.rollout is None:
-            return
+            return {}
+        # Not a sync decision: the same version again, because sleep threw it away (vLLM's sleep level 2).
+        metrics = self._sync_weights() if self._weights_discarded else {}
         # Staged, weights before the KV cache; the engine owns its sleep state and skips parts already awake.
         self.rollout.wake_up(["weights"])
         self.rollout.wake_up(["kv_cache"])
+        return metrics
 
     def _sleep_rollout(self) -> None:
         if self.rollout is not None and self.rollout_config.free_cache_engine:
             self.rollout.sleep()
-            if self.rollout.sleep_discards_weights:
-                self._synced_step = None  # the next generation syncs again, even within the same step
+            self._weights_discarded = self.rollout.sleep_discards_weights
 
     def _generate_from_text(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         texts = [self.tokenizer.decode(tokens) for tokens in prompt_token_lists(prompts)]
         requests = [text for text in texts for _ in range(sampling.n)]
-        start = time.perf_counter()
         outputs = self.generate(requests)
-        seconds = time.perf_counter() - start
         if len(outputs) != len(requests) or not all(isinstance(text, str) for text in outputs):
             raise TypeError(
                 f"{type(self).__name__}.generate returned {len(outputs)} items for {len(requests)} prompts; it must "
                 "return one str per prompt"
             )
         responses = [self.tokenizer.encode(text, add_special_tokens=False)[: sampling.max_tokens] for text in outputs]
-        # Zeros until the actor scores the tokens below: a custom engine gives text, not log-probs.
         unscored = [[0.0] * len(tokens) for tokens in responses]
         pad = self.tokenizer.pad_token_id
-        metrics = generation_metrics(responses, seconds)
-        batch = build_rollout_batch(prompts, responses, unscored, sampling, pad, metrics)
-        temperature = sampling.temperature if sampling.do_sample else 1.0
-        actor = self._require(self.actor, "generate_sequences")
-        with self._onloaded(actor.engine), self._log_prob_micro_batching(actor.engine):
-            scored = actor.compute_log_prob(batch, temperature=temperature)
-        batch.batch["rollout_log_probs"] = scored.batch["old_log_probs"] * batch.batch["response_mask"]
+        batch = build_rollout_batch(prompts, responses, unscored, sampling, pad, generation_metrics(responses))
+        # A custom engine gives text, not log-probs: compute_log_prob adds "rollout_log_probs" from its forward.
+        del batch.batch["rollout_log_probs"]
         return batch
+
+    def _scores_text_rollouts(self, data: DataProto) -> bool:
+        """Whether `data` is a text-hook rollout that compute_log_prob completes with "rollout_log_probs"."""
+        text_hook = type(self).generate is not ActorRolloutWorker.generate and self.rollout_config.mode != "server"
+        return text_hook and "rollout_log_probs" not in data.batch.keys()
 
     def _global_rollout_rate(self, out: DataProto, seconds: float) -> dict[str, float]:
         """Tokens generated by every TP group over the slowest group's time (all ranks call this together)."""
@@ -489,10 +510,7 @@ class ActorRolloutWorker(Worker):
         slowest = torch.tensor([seconds], dtype=torch.float64)
         dist.all_reduce(totals)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return {
-            "rollout/tokens_per_s": float(totals) / float(slowest) if float(slowest) > 0 else 0.0,
-            "rollout/generate_s": float(slowest),
-        }
+        return rollout_rate(float(totals), float(slowest))
 
     def _log_prob_diff(self, data: DataProto, old_log_probs: torch.Tensor) -> dict[str, float]:
         mask = response_mask_of(data.batch).bool()

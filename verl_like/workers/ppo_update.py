@@ -1,7 +1,8 @@
 """The PPO update loop the actor and the critic share: epochs over mini-batches, one optimizer step each.
 
-Per mini-batch, every data-parallel rank builds the same `LossNormalizer` from the whole mini-batch's response
-mask (one all_reduce over the engine's DP group), the engine accumulates the gradient of the mini-batch loss over
+Per mini-batch, the engine counts the whole mini-batch's valid tokens and sequences over its DP group and hands
+them to the loss with every micro-batch (the loss contract in engine/base.py); each micro-batch's
+`LossNormalizer` is built from those counts, the engine accumulates the gradient of the mini-batch loss over
 this rank's micro-batches and sums it over ranks, and `optimizer_step` applies it. Mini-batch k is the k-th
 slice of every rank's (possibly shuffled) rows; with the same rows in each mini-batch, the update is the same
 whether the rows sit on one rank or on many.
@@ -118,6 +119,9 @@ def run_ppo_update(
     """
     mini_batch_size = settings.mini_batch_size_per_rank(engine.dp_size, rollout_n)
     check_rows(batch, settings, mini_batch_size)
+    if settings.loss_agg_mode == "seq-mean-token-sum-norm" and loss_scale_factor is None:
+        loss_scale_factor = padded_response_length(batch, engine.dp_group)
+    loss_fn = normalized_loss_fn(make_loss_fn, settings.loss_agg_mode, loss_scale_factor)
     first_step = engine.global_step
     history: dict[str, list[float]] = defaultdict(list)
     for epoch in range(settings.ppo_epochs):
@@ -126,15 +130,8 @@ def run_ppo_update(
         )
         for start in range(0, len(batch), mini_batch_size):
             mini_batch = batch[order[start : start + mini_batch_size]]
-            normalizer = LossNormalizer.for_mini_batch(
-                response_mask_of(mini_batch.batch),
-                settings.loss_agg_mode,
-                dp_group=engine.dp_group,
-                grad_reduction="sum",  # the engine sums gradients over ranks
-                loss_scale_factor=loss_scale_factor,
-            )
             result = engine.forward_backward(
-                mini_batch, make_loss_fn(normalizer), temperature=temperature, calculate_entropy=calculate_entropy
+                mini_batch, loss_fn, temperature=temperature, calculate_entropy=calculate_entropy
             )
             metrics = reduce_metrics(result.metrics, engine.dp_group)
             metrics["lr"] = engine.current_lr * lr_scale
@@ -143,6 +140,28 @@ def run_ppo_update(
                 history[name].append(value)
     logger.debug("%s: %d optimizer steps from step %d", settings.PREFIX, engine.global_step - first_step, first_step)
     return dict(history)
+
+
+def normalized_loss_fn(
+    make_loss_fn: Callable[[LossNormalizer], LossFn], loss_agg_mode: str, loss_scale_factor: float | None
+) -> LossFn:
+    """The loss function the engine runs: each micro-batch's loss normalised by the mini-batch counts the engine
+    put in its meta_info (no collective of its own)."""
+
+    def loss_fn(outputs: dict[str, torch.Tensor], micro_batch: DataProto) -> tuple[torch.Tensor, dict]:
+        normalizer = LossNormalizer.from_engine_counts(
+            micro_batch.meta_info, loss_agg_mode, loss_scale_factor=loss_scale_factor
+        )
+        return make_loss_fn(normalizer)(outputs, micro_batch)
+
+    return loss_fn
+
+
+def padded_response_length(batch: DataProto, group: dist.ProcessGroup) -> float:
+    """Dr.GRPO's default constant: the widest padded response over the ranks of `group` (a collective)."""
+    length = torch.tensor([float(response_mask_of(batch.batch).shape[-1])], dtype=torch.float64)
+    dist.all_reduce(length, op=dist.ReduceOp.MAX, group=group)
+    return float(length)
 
 
 def mean_metrics(history: dict[str, list[float]], prefix: str) -> dict[str, float]:

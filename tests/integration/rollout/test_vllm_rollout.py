@@ -84,7 +84,7 @@ def test_output_contract_with_n_samples(engine, prompt_batch):
     assert torch.equal(batch["attention_mask"][:, prompt_len:], batch["response_mask"])
     metrics = out.meta_info["metrics"]
     assert metrics["rollout/generated_tokens"] == float(batch["response_mask"].sum())
-    assert metrics["rollout/tokens_per_s"] > 0
+    assert "rollout/tokens_per_s" not in metrics  # the worker's, over every engine (ActorRolloutWorker)
 
 
 def test_seed_makes_sampling_reproducible(engine, prompt_batch):

@@ -29,7 +29,9 @@ from verl_like.resharding.layout import ModelShape  # noqa: E402
 from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
 from verl_like.rollout.from_config import sampling_config  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402
-from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
+from verl_like.single_controller import (  # noqa: E402
+    Dispatch, ResourcePool, RoleSpec, WorkerError, WorkerGroup, register,
+)
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import test modules
@@ -192,7 +194,11 @@ def test_sampled_token_log_probs_match_the_actor(trained):
     group = trained["group"]
     out = group.generate_sequences(trained["prompts"])
     assert out.meta_info["temperature"] == 0.8 and len(out) == 2 * len(PROMPTS)
-    assert out.meta_info["metrics"]["rollout/tokens_per_s"][0] > 0
+    rollout = out.meta_info["metrics"]
+    # One rate for the whole rollout (the worker's all-reduce), not each engine's own.
+    assert rollout["rollout/tokens_per_s"][0] > 0 and len(set(rollout["rollout/tokens_per_s"])) == 1
+    assert rollout["rollout/tokens_per_s"][0] == pytest.approx(
+        sum(rollout["rollout/generated_tokens"]) / rollout["rollout/generate_s"][0])
     scored = group.compute_log_prob(out)
     mask = out.batch["response_mask"].bool()
     diff = (out.batch["rollout_log_probs"] - scored.batch["old_log_probs"]).abs()[mask]
@@ -267,7 +273,12 @@ def test_checkpoint_round_trip_restores_the_rollout_policy(trained, tmp_path):
     saved = group.generate_sequences(prompts).batch["responses"]
     group.save_checkpoint(str(tmp_path / "ckpt"))
     ppo_step(group, trained["prompts"])
-    moved = group.generate_sequences(prompts).batch["responses"]  # syncs the new weights first
+    # The driver owns the sync: a stale engine refuses to generate instead of syncing on its own.
+    stale = r"holds the weights of step \d+ but the actor is at step \d+; call sync_weights"
+    with pytest.raises(WorkerError, match=stale):
+        group.generate_sequences(prompts)
+    group.sync_weights()
+    moved = group.generate_sequences(prompts).batch["responses"]
     group.load_checkpoint(str(tmp_path / "ckpt"))
     restored = group.generate_sequences(prompts).batch["responses"]
     assert not torch.equal(moved, saved)

@@ -32,7 +32,23 @@ GREEDY_TOKENS = 8
 
 
 class ProbedWorker(example.MyRolloutWorker):
-    """The example's worker plus a look at its engine."""
+    """The example's worker plus a look at its engine and a count of the actor engine's forwards."""
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        super().init_model()
+        self.forward_calls = 0
+        forward = self.actor.engine.forward
+
+        def counted(*args, **kwargs):
+            self.forward_calls += 1
+            return forward(*args, **kwargs)
+
+        self.actor.engine.forward = counted
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def forward_count(self) -> int:
+        return self.forward_calls
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def engine_greedy(self, token_lists: list[list[int]]) -> list[list[int]]:
@@ -66,9 +82,17 @@ def test_example_runs_and_its_engine_takes_the_new_weights(ray_cluster, tmp_path
     try:
         step = result["history"][0]
         assert step["rollout/tokens_per_s"] > 0 and step["weight_sync/model_bytes"] > 0
-        # The text path scores its samples with the actor, so rollout and actor log-probs agree.
-        assert step["rollout/logprob_diff_max"] <= 1e-5
+        assert step["rollout/logprob_diff_max"] == 0.0
         assert group.weight_update_count() == [2, 2]  # init + after the update
+        # One actor forward per step: compute_log_prob's old_log_probs are also the text rollout's log-probs.
+        assert group.forward_count() == [1, 1]
+        batch = group.generate_sequences(prompts)
+        assert "rollout_log_probs" not in batch.batch.keys() and group.forward_count() == [1, 1]
+        scored = group.compute_log_prob(batch)
+        assert group.forward_count() == [2, 2]
+        response_mask = batch.batch["response_mask"]
+        assert response_mask.sum() > 0
+        assert torch.equal(scored.batch["rollout_log_probs"], scored.batch["old_log_probs"] * response_mask)
         mask = prompts.batch["attention_mask"].bool()
         token_lists = [row[m].tolist() for row, m in zip(prompts.batch["input_ids"], mask)]
         engine = torch.tensor(group.engine_greedy(token_lists)[1])

@@ -6,7 +6,7 @@ import torch
 
 from verl_like.protocol import DataProto
 from verl_like.rollout.base import SamplingConfig
-from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists
+from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
 
 PAD = 0
 
@@ -80,8 +80,11 @@ def test_build_rollout_batch_rejects_overlong_and_miscounted_samples():
         build_rollout_batch(prompts, [[1]], [[0.0]], SamplingConfig(n=2, max_tokens=2), PAD, {})
 
 
-def test_generation_metrics_count_tokens():
-    metrics = generation_metrics([[1, 2], [3, 4, 5, 6]], seconds=2.0)
-    assert metrics["rollout/generated_tokens"] == 6
-    assert metrics["rollout/tokens_per_s"] == 3.0
-    assert metrics["rollout/mean_response_length"] == 3.0
+def test_generation_metrics_count_tokens_and_leave_the_rate_to_who_sees_the_whole_rollout():
+    metrics = generation_metrics([[1, 2], [3, 4, 5, 6]])
+    assert metrics == {"rollout/generated_tokens": 6.0, "rollout/mean_response_length": 3.0}
+
+
+def test_rollout_rate_is_all_tokens_over_the_wall_time():
+    assert rollout_rate(6.0, 2.0) == {"rollout/tokens_per_s": 3.0, "rollout/generate_s": 2.0}
+    assert rollout_rate(6.0, 0.0)["rollout/tokens_per_s"] == 0.0
