@@ -114,10 +114,12 @@ def model_flops(shape: Shape, batch: DataProto) -> float:
 def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     shape = SHAPES[name]
     model_dir = build_random_model(shape, workdir / name)
+    # Megatron's bf16 path (mixed-precision optimizer) needs CUDA; on CPU it computes in float32.
+    fp32 = args.fp32 or (args.strategy == "megatron" and not is_cuda_available())
     config = EngineConfig(
         model_path=str(model_dir),
         dtype="float32",
-        param_dtype=None if args.fp32 or args.strategy == "megatron" else "bfloat16",
+        param_dtype=None if fp32 else "bfloat16",
         reduce_dtype="float32",
         attn_implementation=args.attn if args.strategy == "fsdp2" else None,
         gradient_checkpointing=args.gradient_checkpointing,
@@ -167,7 +169,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "attn_implementation": (engine.model.config._attn_implementation if args.strategy == "fsdp2"
                                 else "megatron-local"),
         "gradient_checkpointing": args.gradient_checkpointing,
-        "compute_dtype": "float32" if args.fp32 or args.strategy == "megatron" else "bfloat16",
+        "compute_dtype": "float32" if fp32 else "bfloat16",
         "packed": not args.padded,
         "rows_per_rank": args.rows_per_rank,
         "prompt_len": args.prompt_len,
@@ -228,8 +230,7 @@ def main() -> None:
     parser.add_argument("--pp", type=int, default=1, help="Megatron pipeline-parallel size")
     parser.add_argument("--distributed-optimizer", default="auto", choices=["auto", "on", "off"],
                         help="Megatron's ZeRO-1 optimizer (auto: on for CUDA)")
-    parser.add_argument("--fp32", action="store_true",
-                        help="FSDP2 computes in float32 (the Megatron engine always does: bf16 is not wired there)")
+    parser.add_argument("--fp32", action="store_true", help="compute in float32 (default: bf16 on CUDA)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="where the random models are written (default: a tmp dir)")

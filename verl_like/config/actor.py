@@ -136,15 +136,18 @@ def check_megatron_options(p: str, fsdp: FSDPConfig, use_remove_padding: bool,
     """Refuses, naming `p`.<key>, a setting of a role trained with strategy=megatron that its engine would ignore.
 
     Refused: offloading and reshard_after_forward (FSDP's), use_remove_padding (the megatron engine runs padded
-    micro-batches), gradient checkpointing (Megatron's recompute is not wired), and bf16 storage or compute (the
-    engine trains in float32: Megatron's mixed-precision optimizer is not wired).
+    micro-batches), gradient checkpointing (Megatron's recompute is not wired), and bf16 storage or gradient
+    reduction (float32 master weights; `param_dtype: bfloat16` computes in bf16 through Megatron's mixed-precision
+    optimizer, CUDA only).
     """
-    for key in ("model_dtype", "param_dtype", "reduce_dtype"):
+    for key, allowed in (("model_dtype", (None, "float32")), ("param_dtype", (None, "float32", "bfloat16")),
+                         ("reduce_dtype", (None, "float32"))):
         value = getattr(fsdp, key)
-        if value not in (None, "float32"):
+        if value not in allowed:
             raise ValueError(
-                f"{p}.fsdp_config.{key}={value} is not supported with strategy=megatron (the megatron engine "
-                f"trains in float32); set it to float32 (or null) or use strategy=fsdp2"
+                f"{p}.fsdp_config.{key}={value} is not supported with strategy=megatron (the megatron engine keeps "
+                f"float32 master weights and gradients, computing in param_dtype); set it to "
+                f"{' or '.join(str(a).lower() for a in allowed if a)} or use strategy=fsdp2"
             )
     if gradient_checkpointing:
         raise ValueError(

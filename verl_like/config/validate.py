@@ -38,6 +38,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     check_online_dpo(config)  # before _check_roles: its messages speak of the RL estimator
     check_distillation(config, check_paths)
     _check_roles(config)
+    _check_megatron_dtype(config)
     _check_reward_roles(config)
     _check_schedule(config)
     _check_cluster(config)
@@ -128,6 +129,22 @@ def _check_roles(config: PPOConfig) -> None:
             f"trainer.critic_warmup={config.trainer.critic_warmup} needs a critic, but none runs (adv_estimator="
             f"{algo.adv_estimator!r}, critic.enable={config.critic.enable}); set trainer.critic_warmup=0"
         )
+
+
+def _check_megatron_dtype(config: PPOConfig) -> None:
+    """Megatron's bf16 compute (mixed-precision optimizer) runs on CUDA only."""
+    if config.trainer.device == "cuda":
+        return
+    nodes = [("actor_rollout_ref.actor", config.actor_rollout_ref.actor)]
+    if uses_critic(config):
+        nodes.append(("critic", config.critic))
+    for prefix, node in nodes:
+        if node.strategy == "megatron" and node.fsdp_config.param_dtype == "bfloat16":
+            raise ConfigError(
+                f"{prefix}.fsdp_config.param_dtype=bfloat16 with {prefix}.strategy=megatron needs CUDA (Megatron's "
+                f"mixed-precision optimizer checks for CUDA tensors); on trainer.device={config.trainer.device} set "
+                f"{prefix}.fsdp_config.param_dtype=float32"
+            )
 
 
 def _check_schedule(config: PPOConfig) -> None:

@@ -93,3 +93,15 @@ def test_ppo_with_a_megatron_critic_runs(verl_like_cache, tmp_path):
     for record in records:
         assert 0 < record["critic/vf_loss"] < float("inf"), record
         assert 0 < record["critic/grad_norm"] < float("inf"), record
+
+
+def test_megatron_actor_feeds_an_external_server(verl_like_cache, tmp_path, vllm_server):
+    """Server mode with the Megatron actor: weights go from the TP shards to the session's vLLM server through vLLM's
+    weight-transfer API (global rank 0 sends the gathered tensors) and the server's log-probs equal the actor's."""
+    _run(["+trainer=ci_smoke", *MEGATRON_TP2, "actor_rollout_ref.rollout.mode=server",
+          f"actor_rollout_ref.rollout.server.address=[{vllm_server}]", "trainer.total_training_steps=3",
+          "trainer.test_freq=-1", f"trainer.default_local_dir={tmp_path}"], verl_like_cache)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all(r["rollout/logprob_diff_max"] < 1e-4 for r in records), records
+    assert all(r["weight_sync/model_bytes"] > 0 for r in records)

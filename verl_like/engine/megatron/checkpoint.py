@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from verl_like.engine.fsdp_checkpoint import _rng_state, _set_rng_state
+from verl_like.engine.megatron.weights import gpt_model
 from verl_like.utils.checkpoint import commit_directory, prepare_staging, staging_path
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def save_megatron_checkpoint(engine: Any, directory: str | Path) -> None:
     dist.barrier()
     state = {
         "layout": _layout(engine),
-        "model": [{name: p.detach().cpu().clone() for name, p in chunk.module.named_parameters()}
+        "model": [{name: p.detach().cpu().clone() for name, p in gpt_model(chunk).named_parameters()}
                   for chunk in engine.chunks],
         "optimizer": engine.optimizer.state_dict(),
         "global_step": engine.global_step,
@@ -80,7 +81,7 @@ def load_megatron_checkpoint(engine: Any, directory: str | Path) -> int:
         )
     with torch.no_grad():
         for chunk, saved in zip(engine.chunks, state["model"]):
-            for name, param in chunk.module.named_parameters():
+            for name, param in gpt_model(chunk).named_parameters():
                 param.copy_(saved[name])
     engine.optimizer.load_state_dict(state["optimizer"])
     _set_rng_state(state["rng"])

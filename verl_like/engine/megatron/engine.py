@@ -11,7 +11,8 @@ Departures from the FSDP engine, one line each:
   attention has no packed path without TransformerEngine; see outputs.py).
 - teacher top-k log-probs ("topk_log_probs") are not computed.
 - gradient_checkpointing and offload_policy are refused (recompute forks the CUDA RNG; offload_policy is FSDP2's).
-- dtype "bfloat16" is refused: Megatron's fp16/bf16 optimizer (Float16Module) is not wired yet.
+- master weights stay float32 (dtype "bfloat16" is refused); param_dtype "bfloat16" computes in bf16 through
+  Megatron's Float16Module and mixed-precision optimizer, on CUDA only (its type checks want CUDA tensors).
 - model_kind "sequence_classifier" is refused (reward models stay on FSDP); so is megatron.sequence_parallel
   (the local spec's torch norm does not support it).
 - weight decay applies to every parameter, as AdamW over all parameters in the FSDP engine (Megatron's default
@@ -68,10 +69,18 @@ class MegatronEngine(TrainEngine):
                 "MegatronEngine does not train model_kind='sequence_classifier'; reward models stay on FSDP (set the "
                 "reward model's strategy to fsdp2)"
             )
-        if config.dtype != "float32" or config.param_dtype not in (None, "float32"):
+        if config.dtype != "float32" or config.param_dtype not in (None, "float32", "bfloat16"):
             raise ValueError(
-                f"MegatronEngine trains in float32 only (EngineConfig.dtype={config.dtype!r}, param_dtype="
-                f"{config.param_dtype!r}); set dtype='float32' and param_dtype=None"
+                f"MegatronEngine keeps float32 master weights (EngineConfig.dtype={config.dtype!r}, param_dtype="
+                f"{config.param_dtype!r}); set dtype='float32' and param_dtype None or 'bfloat16'"
+            )
+        # bf16 compute with float32 master weights: Megatron's Float16Module and mixed-precision optimizer, whose
+        # type checks want CUDA tensors.
+        self.bf16 = config.param_dtype == "bfloat16"
+        if self.bf16 and not is_cuda_available():
+            raise ValueError(
+                "MegatronEngine computes in bfloat16 only on CUDA (Megatron's mixed-precision optimizer checks for "
+                "CUDA tensors); on CPU set param_dtype=None (float32)"
             )
         for key in ("gradient_checkpointing", "offload_policy"):
             if getattr(config, key):
@@ -112,7 +121,8 @@ class MegatronEngine(TrainEngine):
 
             model_parallel_cuda_manual_seed(parallel.seed)
         with cpu_support.cpu_mode(self.on_cpu):
-            self.tf_config = transformer_config(self.hf_config, self.shape, parallel, torch.float32)
+            self.tf_config = transformer_config(self.hf_config, self.shape, parallel,
+                                                torch.bfloat16 if self.bf16 else torch.float32)
             self.chunks = self._build_chunks(hf_model.state_dict())
         hf_params = [(name, tuple(p.shape)) for name, p in hf_model.named_parameters()]
         del hf_model
@@ -156,6 +166,10 @@ class MegatronEngine(TrainEngine):
             self._load(model, hf_to_megatron(self.shape, hf_state, self.tp_rank, self.tp, self.pp_rank, self.pp,
                                              self.vpp, vp_stage))
             model.to(self.device)
+            if self.bf16:
+                from megatron.core.transformer.module import Float16Module
+
+                model = Float16Module(self.tf_config, model)  # bf16 compute; float32 logits out of the last stage
             chunks.append(DistributedDataParallel(
                 config=self.tf_config, ddp_config=ddp_config, module=model, disable_bucketing=vp_stage > 0))
         return chunks
@@ -185,7 +199,8 @@ class MegatronEngine(TrainEngine):
         optimizer_config = compat.optimizer_config(
             optimizer="adam", lr=cfg.lr, min_lr=0.0, weight_decay=cfg.weight_decay, adam_beta1=cfg.betas[0],
             adam_beta2=cfg.betas[1], adam_eps=cfg.eps, clip_grad=0.0,  # clipping is done in optimizer_step
-            use_distributed_optimizer=self._distributed_optimizer, params_dtype=torch.float32,
+            use_distributed_optimizer=self._distributed_optimizer, bf16=self.bf16,
+            params_dtype=torch.bfloat16 if self.bf16 else torch.float32,
         )
         with cpu_support.cpu_mode(self.on_cpu):
             optimizer = compat.build_optimizer(optimizer_config, self.chunks, use_gloo_groups=self.on_cpu)

@@ -14,6 +14,12 @@ from verl_like.engine.hf_export import write_hf_directory
 from verl_like.engine.megatron.convert import assemble, hf_boxes, megatron_to_hf
 
 
+def gpt_model(chunk: torch.nn.Module) -> torch.nn.Module:
+    """The GPTModel inside a DDP-wrapped chunk (under a Float16Module when computing in bf16)."""
+    module = chunk.module
+    return module.module if type(module).__name__ == "Float16Module" else module
+
+
 class MegatronWeights:
     """The HF view of an engine's Megatron chunks; `hf_params` is (name, shape) in the HF model's order."""
 
@@ -41,7 +47,7 @@ class MegatronWeights:
         engine = self.engine
         pieces: dict[str, torch.Tensor] = {}
         for vp_stage, chunk in enumerate(engine.chunks):
-            state = {name: param.detach() for name, param in chunk.module.named_parameters()}
+            state = {name: param.detach() for name, param in gpt_model(chunk).named_parameters()}
             pieces.update(megatron_to_hf(engine.shape, state, engine.tp_rank, engine.tp, engine.pp_rank, engine.pp,
                                          engine.vpp, vp_stage))
         return {name: pieces[name] for name, _ in self.params if name in pieces}
