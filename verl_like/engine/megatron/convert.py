@@ -18,6 +18,7 @@ HF tensors, listed by `hf_boxes`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,10 @@ class ModelShape:
         return self.num_heads // self.num_kv_heads
 
     def padded_vocab(self, tp: int) -> int:
-        """The vocabulary rounded up to a multiple of `tp` (Megatron splits whole rows over TP)."""
-        return -(-self.vocab_size // tp) * tp
+        """The vocabulary rounded up to a multiple of lcm(64, tp): Megatron splits whole rows over TP, and padding
+        as vLLM pads (64) makes a Megatron TP rank hold exactly the embedding rows vLLM's same TP rank needs."""
+        step = math.lcm(64, tp)
+        return -(-self.vocab_size // step) * step
 
 
 def model_shape(hf_config: Any, value_head: bool = False) -> ModelShape:

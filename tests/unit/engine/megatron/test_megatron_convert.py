@@ -91,19 +91,23 @@ def test_fc1_is_gate_then_up_and_vocab_padding_rows_are_zero():
     ffn = shape.ffn_hidden_size // 2
     gate, up = state["model.layers.0.mlp.gate_proj.weight"], state["model.layers.0.mlp.up_proj.weight"]
     assert torch.equal(mg["decoder.layers.0.mlp.linear_fc1.weight"], torch.cat([gate[ffn:], up[ffn:]]))
-    # vocab 37 padded to 38 over TP=2: rank 1 holds rows 19..36 and one zero padding row.
+    # vocab 37 padded as vLLM pads it (to 64) over TP=2: rank 1 holds rows 32..36 and 27 zero padding rows, the
+    # rows vLLM's TP rank 1 holds.
     embedding = mg["embedding.word_embeddings.weight"]
-    assert embedding.shape == (19, 64)
-    assert torch.equal(embedding[:18], state["model.embed_tokens.weight"][19:])
-    assert not embedding[18].any()
-    assert hf_boxes(shape, 1, 2, 0, 1)["model.embed_tokens.weight"].row_stop == 37
+    assert embedding.shape == (32, 64)
+    assert torch.equal(embedding[:5], state["model.embed_tokens.weight"][32:])
+    assert not embedding[5:].any()
+    box = hf_boxes(shape, 1, 2, 0, 1)["model.embed_tokens.weight"]
+    assert (box.row_start, box.row_stop) == (32, 37)
 
 
 def test_tied_embedding_goes_to_the_last_stage_output_layer():
     model = _model("qwen2", tied=True)
     shape = model_shape(model.config)
     last = hf_to_megatron(shape, model.state_dict(), 0, 1, 1, 2)
-    assert torch.equal(last["output_layer.weight"], model.state_dict()["model.embed_tokens.weight"])
+    embed = model.state_dict()["model.embed_tokens.weight"]
+    assert torch.equal(last["output_layer.weight"][: embed.shape[0]], embed)
+    assert not last["output_layer.weight"][embed.shape[0]:].any()  # vLLM-style padding rows
     assert "output_layer.weight" not in hf_to_megatron(shape, model.state_dict(), 0, 1, 0, 1)
     assert "lm_head.weight" not in hf_boxes(shape, 0, 1, 1, 2)
 
