@@ -5,39 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from test_main_ppo import _main_ppo, _run
 
 from verl_like.utils.tracking import read_metrics
 
 pytest.importorskip("megatron.core")
 
-REPO = Path(__file__).resolve().parents[3]
 MEGATRON_TP2 = ["actor_rollout_ref.actor.strategy=megatron",
                 "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"]
 DETERMINISTIC = ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/grad_norm")
-
-
-def _main_ppo(args: list[str], cache_dir: str) -> subprocess.Popen:
-    env = {**os.environ, "VERL_LIKE_CACHE_DIR": cache_dir, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen([sys.executable, "-m", "verl_like.main_ppo", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def _run(args: list[str], cache_dir: str, timeout: float = 900) -> str:
-    proc = _main_ppo(args, cache_dir)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    assert proc.returncode == 0, out[-6000:]
-    return out
 
 
 def test_default_job_with_megatron_tp2_raises_the_held_out_reward(verl_like_cache, tmp_path):
