@@ -198,7 +198,7 @@ def build_engine(config: EngineConfig, args: argparse.Namespace):
     from verl_like.config.megatron import MegatronConfig
     from verl_like.engine.megatron.engine import MegatronEngine
 
-    distributed = {"auto": None, "on": True, "off": False}[args.distributed_optimizer]
+    distributed = {"auto": is_cuda_available(), "on": True, "off": False}[args.distributed_optimizer]
     return MegatronEngine(config, MegatronConfig(tensor_model_parallel_size=args.tp,
                                                  pipeline_model_parallel_size=args.pp,
                                                  use_distributed_optimizer=distributed))
@@ -229,7 +229,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1, help="Megatron tensor-parallel size")
     parser.add_argument("--pp", type=int, default=1, help="Megatron pipeline-parallel size")
     parser.add_argument("--distributed-optimizer", default="auto", choices=["auto", "on", "off"],
-                        help="Megatron's ZeRO-1 optimizer (auto: on for CUDA)")
+                        help="Megatron's ZeRO-1 optimizer (auto: on for CUDA, as docs/benchmarks.md measured)")
     parser.add_argument("--fp32", action="store_true", help="compute in float32 (default: bf16 on CUDA)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")

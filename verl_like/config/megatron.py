@@ -31,8 +31,9 @@ class MegatronConfig:
       1F1B. Needs pipeline_model_parallel_size > 1 and layers divisible by pp * vpp.
     sequence_parallel: split the layer norms' and dropouts' activations over the TP ranks along the sequence
       (needs tensor_model_parallel_size > 1). Refused for now: the local layer spec's norms do not support it.
-    use_distributed_optimizer: shard the optimizer state over the data-parallel ranks (ZeRO-1); null: on for GPUs,
-      off on CPU (gloo has no reduce-scatter).
+    use_distributed_optimizer: shard the optimizer state over the data-parallel ranks (ZeRO-1); null: off. Its
+      sharded state is not checkpointed yet, so true is refused with trainer.save_freq > 0; CPU (gloo) lacks the
+      reduce-scatter it needs.
     seed: base seed of Megatron's model-parallel RNG.
     """
 

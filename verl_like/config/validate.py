@@ -38,7 +38,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     check_online_dpo(config)  # before _check_roles: its messages speak of the RL estimator
     check_distillation(config, check_paths)
     _check_roles(config)
-    _check_megatron_dtype(config)
+    _check_megatron_runtime(config)
     _check_reward_roles(config)
     _check_schedule(config)
     _check_cluster(config)
@@ -131,15 +131,22 @@ def _check_roles(config: PPOConfig) -> None:
         )
 
 
-def _check_megatron_dtype(config: PPOConfig) -> None:
-    """Megatron's bf16 compute (mixed-precision optimizer) runs on CUDA only."""
-    if config.trainer.device == "cuda":
-        return
+def _check_megatron_runtime(config: PPOConfig) -> None:
+    """What a megatron role cannot do on this run: bf16 compute off CUDA (Megatron's mixed-precision optimizer),
+    checkpoints of the distributed optimizer (not written yet)."""
     nodes = [("actor_rollout_ref.actor", config.actor_rollout_ref.actor)]
     if uses_critic(config):
         nodes.append(("critic", config.critic))
     for prefix, node in nodes:
-        if node.strategy == "megatron" and node.fsdp_config.param_dtype == "bfloat16":
+        if node.strategy != "megatron":
+            continue
+        if node.megatron.use_distributed_optimizer and config.trainer.save_freq > 0:
+            raise ConfigError(
+                f"{prefix}.megatron.use_distributed_optimizer=true cannot be checkpointed yet (its sharded optimizer "
+                f"state is not saved), and trainer.save_freq={config.trainer.save_freq} asks for checkpoints; set "
+                f"{prefix}.megatron.use_distributed_optimizer=false or trainer.save_freq=-1"
+            )
+        if config.trainer.device != "cuda" and node.fsdp_config.param_dtype == "bfloat16":
             raise ConfigError(
                 f"{prefix}.fsdp_config.param_dtype=bfloat16 with {prefix}.strategy=megatron needs CUDA (Megatron's "
                 f"mixed-precision optimizer checks for CUDA tensors); on trainer.device={config.trainer.device} set "

@@ -66,7 +66,7 @@ def build_engine_config(
         total_steps=total_training_steps,
         min_lr_ratio=optim.min_lr_ratio,
         grad_clip=node.grad_clip,
-        # With dynamic batching the engine ignores the row count; 1 is a valid placeholder.
+        # With dynamic batching the engine plans by tokens and never reads the row count; 1 satisfies its check.
         micro_batch_size_per_rank=node.ppo_micro_batch_size_per_gpu or 1,
         use_dynamic_bsz=node.use_dynamic_bsz,
         max_tokens_per_rank=node.ppo_max_token_len_per_gpu if node.use_dynamic_bsz else None,

@@ -50,6 +50,8 @@ def test_the_reference_follows_the_actor_key_by_key():
      "critic.fsdp_config.optimizer_offload=true is an FSDP setting"),
     ([*MEGATRON, f"{A}.fsdp_config.model_dtype=bf16"], f"{A}.fsdp_config.model_dtype=bfloat16 is not supported"),
     ([*MEGATRON, "trainer.device=cpu", f"{A}.fsdp_config.param_dtype=bf16"], "needs CUDA"),
+    ([*MEGATRON, f"{A}.megatron.use_distributed_optimizer=true", "trainer.save_freq=5"],
+     f"{A}.megatron.use_distributed_optimizer=true cannot be checkpointed yet"),
     ([*MEGATRON, "actor_rollout_ref.model.enable_gradient_checkpointing=true"],
      "enable_gradient_checkpointing=false"),
     ([*MEGATRON, "trainer.n_gpus_per_node=2", f"{A}.megatron.tensor_model_parallel_size=2",

@@ -36,9 +36,9 @@ def _tracker_states() -> dict[str, torch.Tensor]:
 
 def _check_plain_optimizer(engine: Any, op: str) -> None:
     if engine._distributed_optimizer:
-        raise NotImplementedError(
-            f"MegatronEngine.{op}: checkpoints of the distributed optimizer are not written yet; set "
-            "megatron.use_distributed_optimizer=false to checkpoint"
+        raise ValueError(
+            f"MegatronEngine.{op}: the distributed optimizer's sharded state is not checkpointed; set "
+            "megatron.use_distributed_optimizer=false (the default) to checkpoint"
         )
 
 

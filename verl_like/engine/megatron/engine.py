@@ -192,7 +192,7 @@ class MegatronEngine(TrainEngine):
     @property
     def _distributed_optimizer(self) -> bool:
         flag = self.parallel.use_distributed_optimizer
-        return (not self.on_cpu) if flag is None else bool(flag)
+        return bool(flag)  # null: off, until the distributed optimizer's state can be checkpointed
 
     def _build_optimizer(self):
         cfg = self.config
