@@ -27,7 +27,7 @@ from verl_like.engine.config import EngineConfig, torch_dtype
 from verl_like.engine.fsdp_checkpoint import hf_files_writer, load_fsdp_checkpoint, save_fsdp_checkpoint
 from verl_like.engine.hf_export import write_hf_directory
 from verl_like.engine.lr_schedule import WarmupSchedule
-from verl_like.engine.micro_batches import global_counts, plan_micro_batches
+from verl_like.engine.micro_batches import engine_inputs, engine_micro_batches, global_counts
 from verl_like.engine.model_loading import decoder_layer_classes, load_model
 from verl_like.engine.model_outputs import micro_batch_outputs
 from verl_like.protocol import DataProto
@@ -41,7 +41,6 @@ from verl_like.utils.device import (
 
 logger = logging.getLogger(__name__)
 
-_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
 
 
 def init_process_group_from_env() -> None:
@@ -161,20 +160,10 @@ class FSDPEngine(TrainEngine):
         return self.optimizer
 
     def _model_inputs(self, batch: DataProto) -> DataProto:
-        keys = [key for key in _INPUT_KEYS if key in batch.batch.keys()]
-        needed = ["input_ids", "attention_mask", "position_ids"]
-        if self.config.model_kind != "sequence_classifier":
-            needed.append("responses")
-        missing = [key for key in needed if key not in keys]
-        if missing:
-            raise KeyError(
-                f"FSDPEngine ({self.config.model_kind}): the batch lacks {missing}; it has {sorted(batch.batch.keys())}"
-            )
-        return batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
+        return engine_inputs(batch, self.config.model_kind, "FSDPEngine")
 
     def _micro_batches(self, batch: DataProto) -> list[list[int]]:
-        max_tokens = self.config.max_tokens_per_rank if self.config.use_dynamic_bsz else None
-        return plan_micro_batches(batch.batch, self.config.micro_batch_size_per_rank, max_tokens, self.group)
+        return engine_micro_batches(batch, self.config, self.group)
 
     def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False) -> DataProto:
         """Outputs for every row of this rank's batch, in its row order, as float32 CPU tensors."""

@@ -15,9 +15,31 @@ import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl_like.engine.model_outputs import response_mask_of
+from verl_like.protocol import DataProto
 from verl_like.utils.seqlen_balancing import min_parts_within_budget, partition_within_budget
 
 logger = logging.getLogger(__name__)
+
+MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+
+
+def engine_inputs(batch: DataProto, model_kind: str, engine_name: str) -> DataProto:
+    """The batch narrowed to what an engine's forward reads; raises naming the missing keys (every kind but
+    sequence_classifier needs `responses`)."""
+    keys = [key for key in MODEL_INPUT_KEYS if key in batch.batch.keys()]
+    needed = ["input_ids", "attention_mask", "position_ids"]
+    if model_kind != "sequence_classifier":
+        needed.append("responses")
+    missing = [key for key in needed if key not in keys]
+    if missing:
+        raise KeyError(f"{engine_name} ({model_kind}): the batch lacks {missing}; it has {sorted(batch.batch.keys())}")
+    return batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
+
+
+def engine_micro_batches(batch: DataProto, config, group: dist.ProcessGroup) -> list[list[int]]:
+    """`plan_micro_batches` with an EngineConfig's settings (by row count, or by token budget with use_dynamic_bsz)."""
+    max_tokens = config.max_tokens_per_rank if config.use_dynamic_bsz else None
+    return plan_micro_batches(batch.batch, config.micro_batch_size_per_rank, max_tokens, group)
 
 
 def _local_count(num_rows: int, lengths: list[int], micro_batch_size: int, max_tokens: int | None) -> int:

@@ -43,14 +43,13 @@ from verl_like.engine.megatron.convert import hf_to_megatron, model_shape, rope_
 from verl_like.engine.megatron.outputs import causal_lm_outputs, model_inputs, padded_to, value_outputs
 from verl_like.engine.megatron.parallel import ensure_model_parallel
 from verl_like.engine.megatron.weights import MegatronWeights
-from verl_like.engine.micro_batches import global_counts, plan_micro_batches
+from verl_like.engine.micro_batches import engine_inputs, engine_micro_batches, global_counts
 from verl_like.engine.model_loading import load_model
 from verl_like.protocol import DataProto
 from verl_like.utils.device import get_torch_device, is_cuda_available
 
 logger = logging.getLogger(__name__)
 
-_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
 
 
 class ValueHead(nn.Linear):
@@ -251,16 +250,10 @@ class MegatronEngine(TrainEngine):
     # ---------------------------------------------------------------- forward / backward
 
     def _model_inputs(self, batch: DataProto) -> DataProto:
-        keys = [key for key in _INPUT_KEYS if key in batch.batch.keys()]
-        missing = [key for key in ("input_ids", "attention_mask", "position_ids", "responses") if key not in keys]
-        if missing:
-            raise KeyError(f"MegatronEngine ({self.config.model_kind}): the batch lacks {missing}; it has "
-                           f"{sorted(batch.batch.keys())}")
-        return batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
+        return engine_inputs(batch, self.config.model_kind, "MegatronEngine")  # sequence_classifier refused at build
 
     def _micro_batches(self, batch: DataProto) -> list[list[int]]:
-        max_tokens = self.config.max_tokens_per_rank if self.config.use_dynamic_bsz else None
-        return plan_micro_batches(batch.batch, self.config.micro_batch_size_per_rank, max_tokens, self.dp_group)
+        return engine_micro_batches(batch, self.config, self.dp_group)
 
     def _outputs(self, output: torch.Tensor, micro_batch: DataProto, inputs, temperature: float,
                  calculate_entropy: bool) -> dict[str, torch.Tensor]:
