@@ -12,6 +12,10 @@
 #   bash bench/gpu_suite.sh kernels    # varlen kernel test, our sync's per-parameter cost (torch only, no vLLM/Ray)
 #   bash bench/gpu_suite.sh one_gpu    # GPU 0: TP=1 tests, main_ppo, 1.5B step | GPU 1: 7B step, eager launch, rollout
 #   bash bench/gpu_suite.sh two_gpu    # 0.5B steps at TP=2, the TP=2 tests, 7B sync at TP=2, main_ppo on 2 GPUs
+# One H200 (issue #14 TRL workload; issue #15 Megatron):
+#   bash bench/gpu_suite.sh async_1gpu     # colocated synchronous vs server on the same GPU at staleness 1 (CUDA IPC)
+#   bash bench/gpu_suite.sh megatron_1gpu  # GRPO step with the Megatron actor (resharding = its sync), GPU test, 1.5B
+#   bash bench/gpu_suite.sh server_1gpu    # server on the same GPU at staleness 0 (CUDA IPC), the server-mode GPU test
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -123,8 +127,30 @@ two_gpu)  # both GPUs: whole steps with rollout TP=2, the TP=2 tests, 7B sync at
     --workdir "$WORK"
   run gpu_tests_main_ppo_2gpu 260 0,1 "${PYTEST[@]}" tests/gpu/test_main_ppo_gpu.py -k 2gpu
   ;;
+async_1gpu)  # TRL's GRPO workload, one after the other on GPU 0 (same hold, so the two compare)
+  TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512)
+  run step_trl_sync 230 0 python bench/step_throughput.py --model qwen2.5-0.5b "${TRL[@]}" --steps 5 \
+    --gpu-memory-utilization 0.3 --workdir "$WORK"
+  run step_trl_async1 320 0 python bench/step_throughput.py --model qwen2.5-0.5b "${TRL[@]}" --steps 5 \
+    --mode server --staleness 1 --max-tokens-per-gpu 16384 --workdir "$WORK"
+  ;;
+megatron_1gpu)  # the Megatron actor (bf16, TP=1) through the whole step, its GPU test, the 1.5B update in bf16
+  TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512)
+  run step_trl_megatron 260 0 python bench/step_throughput.py --model qwen2.5-0.5b "${TRL[@]}" --steps 5 \
+    --gpu-memory-utilization 0.3 --strategy megatron --max-tokens-per-gpu 8192 --workdir "$WORK"
+  run gpu_tests_megatron 120 0 "${PYTEST[@]}" tests/gpu/test_megatron_gpu.py
+  run update_megatron_1.5b 170 0 python bench/update_throughput.py --models qwen2.5-1.5b --rows-per-rank 256 \
+    --prompt-len 128 --response-len 512 --steps 3 --warmup-steps 1 --max-tokens-per-rank 4096 --strategy megatron \
+    --workdir "$WORK"
+  ;;
+server_1gpu)  # server on the trainer's GPU, synchronous, CUDA IPC weights; then the server-mode GPU test
+  TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512)
+  run step_trl_server_ipc 300 0 python bench/step_throughput.py --model qwen2.5-0.5b "${TRL[@]}" --steps 5 \
+    --mode server --max-tokens-per-gpu 16384 --workdir "$WORK"
+  run gpu_tests_server 260 0 "${PYTEST[@]}" tests/gpu/test_server_mode_gpu.py
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu" >&2
   exit 2
   ;;
 esac

@@ -156,7 +156,8 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         f"data.max_prompt_length={args.prompt_len}", f"data.max_response_length={args.response_len}",
         f"data.train_batch_size={args.prompts}",
         f"actor_rollout_ref.model.path={model_dir}",
-        # The Megatron engine runs padded float32 micro-batches without activation recompute (what it supports).
+        # The Megatron engine runs padded micro-batches without activation recompute (what it supports); bf16 compute
+        # through Megatron's Float16Module on CUDA, float32 on CPU.
         f"actor_rollout_ref.model.use_remove_padding={str(not megatron).lower()}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={str(not (args.no_grad_ckpt or megatron)).lower()}",
         f"actor_rollout_ref.actor.strategy={args.strategy}",
@@ -165,7 +166,7 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tokens_per_gpu}",
         "actor_rollout_ref.actor.optim.lr=1e-6",
-        f"actor_rollout_ref.actor.fsdp_config.param_dtype={'float32' if megatron else args.param_dtype}",
+        f"actor_rollout_ref.actor.fsdp_config.param_dtype={'float32' if device == 'cpu' else args.param_dtype}",
         "actor_rollout_ref.actor.fsdp_config.reduce_dtype=float32",
         f"actor_rollout_ref.actor.fsdp_config.param_offload={str(args.offload).lower()}",
         f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={str(args.offload).lower()}",

@@ -109,7 +109,10 @@ class ServerClient:
 
     def complete(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Completion]:
         """The `params["n"]` samples of one prompt, in sample order (token ids in, token ids out)."""
-        body = {"model": self.model, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True, **params}
+        # return_tokens_as_token_ids: the server writes "token_id:N" for each log-prob entry instead of decoding
+        # every generated token once more (we read only token_ids and token_logprobs).
+        body = {"model": self.model, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
+                "return_tokens_as_token_ids": True, **params}
         answer = self.request("POST", "/v1/completions", json=body)
         choices = sorted(answer["choices"], key=lambda choice: choice["index"])
         out = []
