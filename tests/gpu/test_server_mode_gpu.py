@@ -118,7 +118,9 @@ def server_sums(handle: ServerModeRollout) -> dict[str, float]:
 
 def assert_server_weights_are_the_actors(handle: ServerModeRollout, group) -> None:
     server, actor = server_sums(handle), group.weight_sums()[0]
-    assert server["numel"] == actor["numel"]
+    # vLLM pads the vocabulary rows of the embedding (and an untied head) to a multiple of 64 on GPUs and fills
+    # the padding with zeros: more elements, the same sums (seen on the H200: 1,214,720 vs 1,209,600).
+    assert server["numel"] >= actor["numel"]
     for key in ("sum", "sum_squares"):
         assert server[key] == pytest.approx(actor[key], rel=1e-6, abs=1e-6), key
 

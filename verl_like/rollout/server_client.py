@@ -13,6 +13,9 @@ from typing import Any
 
 import httpx
 
+from verl_like.rollout.server_generate import ROUTE as GENERATE_ROUTE
+from verl_like.rollout.server_generate import decode_array
+
 logger = logging.getLogger(__name__)
 # httpx logs every request at INFO: thousands of lines per rollout.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -44,6 +47,7 @@ class ServerClient:
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         )
         self._model: str | None = None
+        self._lean: bool | None = None
 
     def __repr__(self) -> str:
         return f"{self.name} ({self.address})"
@@ -107,12 +111,32 @@ class ServerClient:
 
     # ----- generation -----
 
+    @property
+    def lean(self) -> bool:
+        """Whether the server has verl_like's lean generation route (servers started by `verl_like.serve` do;
+        a plain `vllm serve` answers 404 and gets OpenAI completion requests)."""
+        if self._lean is None:
+            try:
+                self._lean = self._http.get(GENERATE_ROUTE, timeout=10.0).status_code == 200
+            except httpx.HTTPError as err:
+                raise ServerError(f"{self}: GET {GENERATE_ROUTE} failed: {type(err).__name__}: {err}") from err
+            if not self._lean:
+                logger.info("%s has no %s route: generating through /v1/completions", self, GENERATE_ROUTE)
+        return self._lean
+
     def complete(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Completion]:
         """The `params["n"]` samples of one prompt, in sample order (token ids in, token ids out)."""
+        if self.lean:
+            answer = self.request("POST", GENERATE_ROUTE, json={"prompt_token_ids": prompt_ids, "params": params})
+            return [
+                Completion(decode_array(sample["token_ids"], "<i4").tolist(),
+                           decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"])
+                for sample in answer["samples"]
+            ]
         # return_tokens_as_token_ids: the server writes "token_id:N" for each log-prob entry instead of decoding
         # every generated token once more (we read only token_ids and token_logprobs).
         body = {"model": self.model, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
-                "return_tokens_as_token_ids": True, **params}
+                "return_tokens_as_token_ids": True, "skip_special_tokens": False, **params}
         answer = self.request("POST", "/v1/completions", json=body)
         choices = sorted(answer["choices"], key=lambda choice: choice["index"])
         out = []

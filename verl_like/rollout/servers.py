@@ -31,7 +31,6 @@ def completion_params(sampling: SamplingConfig, prompt_index: int) -> dict[str, 
         "top_k": (sampling.top_k or -1) if sampling.do_sample else -1,
         "ignore_eos": sampling.ignore_eos,
         "stop_token_ids": list(sampling.stop_token_ids),
-        "skip_special_tokens": False,
     }
     if sampling.seed is not None:
         params["seed"] = sampling.seed + prompt_index * sampling.n

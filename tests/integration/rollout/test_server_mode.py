@@ -109,7 +109,32 @@ def test_server_rollout_batch_layout_and_seeded_reproducibility(linked):
     assert len(greedy) == len(PROMPTS)
 
 
+def test_the_lean_route_returns_what_openai_completions_return(linked):
+    """/verl_like/generate (no detokenization, flat log-probs, base64 arrays) against vLLM's /v1/completions on
+    the same server, prompt and seed: the same tokens, the same log-probs; a bad field is refused naming it."""
+    from verl_like.rollout.server_generate import ROUTE
+
+    address = linked["handle"].servers.clients[0].address
+    lean, openai = ServerClient(address, "lean"), ServerClient(address, "openai")
+    openai._lean = False
+    assert lean.lean and lean.request("GET", ROUTE) == {"version": 1}
+    params = {"n": 3, "max_tokens": 8, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "ignore_eos": True,
+              "stop_token_ids": [], "seed": 7}
+    prompt = linked["prompts"].batch["input_ids"][0][linked["prompts"].batch["attention_mask"][0].bool()].tolist()
+    try:
+        got, want = lean.complete(prompt, params), openai.complete(prompt, params)
+        assert [c.token_ids for c in got] == [c.token_ids for c in want] and len(got) == 3
+        assert all(len(c.token_ids) == 8 and c.finish_reason == "length" for c in got)
+        for a, b in zip(got, want):
+            assert a.log_probs == pytest.approx(b.log_probs, abs=1e-6)  # float32 on the wire, JSON floats there
+        with pytest.raises(ServerError, match=r"HTTP 400.*unknown sampling fields \['best_of'\]"):
+            lean.request("POST", ROUTE, json={"prompt_token_ids": prompt, "params": {"best_of": 2}})
+    finally:
+        lean.close()
+        openai.close()
+
+
 def test_a_dead_server_is_named_in_the_error(linked):
     client = ServerClient("http://127.0.0.1:9", "server 3", timeout_s=5)  # nothing listens on port 9
-    with pytest.raises(ServerError, match=r"server 3 \(http://127.0.0.1:9\): (GET|POST) /v1/\w+ failed: ConnectError"):
+    with pytest.raises(ServerError, match=r"server 3 \(http://127.0.0.1:9\): (GET|POST) /[\w/]+ failed: ConnectError"):
         ServerRollout([client], pad_token_id=0).generate(linked["prompts"], sampling_config(linked["handle"].config))

@@ -1,0 +1,103 @@
+"""The lean generation route of our vLLM servers: token ids in, token ids and sampled log-probs out, nothing else.
+
+vLLM's OpenAI `/v1/completions` detokenizes every generated token (twice with log-probs: the text and one token
+string per log-prob entry), keeps one dict and one `Logprob` object per token, and writes per-token lists of
+strings, offsets and top-log-prob dicts into the JSON answer. A rollout reads none of that. Measured on one H200
+(docs/benchmarks.md, "Server mode"), a server on the trainer's GPU generated at half the rate of the in-process
+engine on the same batch, which skips all of it (`detokenize=False`, flat log-probs).
+
+`verl_like.serve` adds this module's `generate_route` to the server with vLLM's own `--middleware` flag (an HTTP
+middleware of the server's FastAPI app, in the server's front process). It answers
+
+    POST /verl_like/generate  {"prompt_token_ids": [int, ...], "params": {vLLM SamplingParams fields}}
+      -> {"samples": [{"token_ids": b64 int32, "log_probs": b64 float32, "finish_reason": str | null}, ...]}
+    GET  /verl_like/generate  -> {"version": 1}   (clients probe it; a server without it answers 404)
+
+through the same engine client the OpenAI routes use, so `/pause`, `/resume` and the weight updates act on these
+requests as on any other. Every other path passes through untouched.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Any
+
+import numpy as np
+
+ROUTE = "/verl_like/generate"
+VERSION = 1
+# The sampling fields a client may set; the rest (log-probs, detokenization, output kind) are fixed here.
+SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop_token_ids", "seed")
+
+
+def encode_array(values: list[float] | list[int], dtype: str) -> str:
+    """`values` as base64 of little-endian `dtype` ("<i4" or "<f4")."""
+    return base64.b64encode(np.asarray(values, dtype=dtype).tobytes()).decode("ascii")
+
+
+def decode_array(text: str, dtype: str) -> np.ndarray:
+    """The inverse of `encode_array`."""
+    return np.frombuffer(base64.b64decode(text), dtype=dtype)
+
+
+def sampling_params(params: dict[str, Any]) -> Any:
+    """vLLM SamplingParams for a request's `params`: log-prob of each sampled token (flat layout where the release
+    has it), no detokenization, one answer when the request ends. Unknown fields raise ValueError naming them."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    from verl_like.rollout import vllm_compat
+
+    unknown = sorted(set(params) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown sampling fields {unknown}; this route takes {list(SAMPLING_FIELDS)}")
+    fields = dict(params)
+    if fields.get("top_k") is not None and int(fields["top_k"]) < 1:
+        fields["top_k"] = 0  # "no top-k" is 0 in every supported release
+    return SamplingParams(
+        **fields, logprobs=0, detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY,
+        **vllm_compat.flat_logprobs_kwargs(),
+    )
+
+
+def encode_output(output: Any) -> list[dict[str, Any]]:
+    """The samples of vLLM's final `RequestOutput`, in sample order, with their sampled tokens' log-probs."""
+    from verl_like.rollout import vllm_compat
+
+    samples = []
+    for sample in sorted(output.outputs, key=lambda sample: sample.index):
+        tokens = list(sample.token_ids)
+        log_probs = vllm_compat.sampled_logprobs(tokens, sample.logprobs) if tokens else []
+        samples.append({
+            "token_ids": encode_array(tokens, "<i4"),
+            "log_probs": encode_array(log_probs, "<f4"),
+            "finish_reason": sample.finish_reason,
+        })
+    return samples
+
+
+async def generate_route(request: Any, call_next: Any) -> Any:
+    """vLLM `--middleware`: serves ROUTE, hands every other request on."""
+    if request.url.path != ROUTE:
+        return await call_next(request)
+    from starlette.responses import JSONResponse
+
+    if request.method == "GET":
+        return JSONResponse({"version": VERSION})
+    try:
+        body = await request.json()
+        prompt = [int(token) for token in body["prompt_token_ids"]]
+        params = sampling_params(dict(body.get("params") or {}))
+    except (KeyError, TypeError, ValueError) as err:
+        return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
+    engine = request.app.state.engine_client
+    final = None
+    try:
+        async for output in engine.generate({"prompt_token_ids": prompt}, params, f"verl_like-{uuid.uuid4().hex}"):
+            final = output
+    except Exception as err:  # the engine died or refused the request: the client raises naming this server
+        return JSONResponse({"error": f"generation failed: {type(err).__name__}: {err}"}, status_code=500)
+    if final is None:
+        return JSONResponse({"error": "generation ended without an output"}, status_code=500)
+    return JSONResponse({"samples": encode_output(final)})
