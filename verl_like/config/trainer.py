@@ -103,7 +103,10 @@ class TrainerConfig:
     Validation and checkpoints
       test_freq: validate every N steps (-1: never). val_before_train: validate once before the first step.
       save_freq: checkpoint every N steps (-1: never). default_local_dir: where the run writes checkpoints
-        and logs. max_actor_ckpt_to_keep / max_critic_ckpt_to_keep: keep the newest N (null: all).
+        and logs. rollout_data_dir: a folder where each training step s writes s.jsonl, one record per trained
+        sample (step, index, uid, input, output, score, weight_version, ground_truth; trainer/rollout_dump.py);
+        null (default): none written. max_actor_ckpt_to_keep / max_critic_ckpt_to_keep: keep the newest N
+        (null: all).
       resume_mode: "disable" (fresh start), "auto" (continue from the newest checkpoint in default_local_dir if
         any), "resume_path" (continue from resume_from_path, a global_step_N folder).
     """
@@ -129,6 +132,7 @@ class TrainerConfig:
     val_before_train: bool = True
     save_freq: int = -1
     default_local_dir: str = "checkpoints/verl_like/default"
+    rollout_data_dir: str | None = None
     max_actor_ckpt_to_keep: int | None = None
     max_critic_ckpt_to_keep: int | None = None
     resume_mode: str = "auto"
@@ -167,6 +171,11 @@ class TrainerConfig:
             raise ConfigError(f"{p}.cpus_per_worker={self.cpus_per_worker} must be > 0")
         if not self.default_local_dir:
             raise ConfigError(f"{p}.default_local_dir is empty; set the folder for checkpoints and logs")
+        dump_dir = self.rollout_data_dir
+        if dump_dir is not None and (not isinstance(dump_dir, str) or not dump_dir):
+            raise ConfigError(
+                f"{p}.rollout_data_dir={dump_dir!r} must be a folder path, or null to write no rollout dumps"
+            )
         if self.resume_mode == "resume_path" and not self.resume_from_path:
             raise ConfigError(
                 f"{p}.resume_mode='resume_path' needs {p}.resume_from_path (a global_step_N checkpoint folder)"

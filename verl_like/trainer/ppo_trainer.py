@@ -39,6 +39,7 @@ from verl_like.trainer.interrupts import StopRequests, TrainingInterrupted
 from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, throughput_metrics, timed
 from verl_like.trainer.progress import Progress
 from verl_like.trainer.rewarding import BatchScorer
+from verl_like.trainer.rollout_dump import dump_rollouts
 from verl_like.trainer.setup import TrainerComponents, build_components
 from verl_like.trainer.val_generations import ValGenerationLogger, ValSample, decode_samples
 from verl_like.utils.device import resolve_device
@@ -85,6 +86,8 @@ class PPOTrainer:
             self.run_dir / "checkpoints",
             part_limits={"actor": config.trainer.max_actor_ckpt_to_keep, "critic": config.trainer.max_critic_ckpt_to_keep},
         )
+        dump_dir = config.trainer.rollout_data_dir
+        self.rollout_data_dir = Path(dump_dir).expanduser().absolute() if dump_dir is not None else None
         self.tracking: Tracking | None = None
         self._prefetcher: RolloutPrefetcher | None = None
         self._staleness_counts: dict[int, int] = {}
@@ -188,6 +191,7 @@ class PPOTrainer:
         lag = self.global_step - got.version
         self._staleness_counts[lag] = self._staleness_counts.get(lag, 0) + 1
         timings["gen_wait"] = got.wait_s
+        got.batch.meta_info["weight_version"] = got.version
         got.batch.meta_info["lr_scale"] = self.config.async_training.lr_scale(lag)
         metrics.update({
             "async/weight_version": float(got.version),
@@ -230,6 +234,16 @@ class PPOTrainer:
         return batch
 
     def _collect_rollouts(self, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
+        """The step's generated and scored batch (what it trains on), written to trainer.rollout_data_dir if set."""
+        batch = self._generate_and_score(timings, metrics)
+        if self.rollout_data_dir is not None:
+            # The synchronous path generates with the current policy; the async driver records its batch's version.
+            version = batch.meta_info.get("weight_version", self.global_step)
+            with timed(timings, "dump_rollouts"):
+                dump_rollouts(self.rollout_data_dir, batch, self._c.tokenizer, self.global_step + 1, version)
+        return batch
+
+    def _generate_and_score(self, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
         """Generates and scores one step's batch; with DAPO dynamic sampling, keeps only groups with reward
         variance and generates more prompts until `train_batch_size` groups are kept (bounded)."""
         filters = self.config.algorithm.filter_groups

@@ -32,10 +32,13 @@ class ValSample:
     score: float
 
 
-def decode_samples(batch: DataProto, scores: torch.Tensor, tokenizer: Any, limit: int) -> list[ValSample]:
+def decode_samples(
+    batch: DataProto, scores: torch.Tensor, tokenizer: Any, limit: int, skip_special_tokens: bool = False
+) -> list[ValSample]:
     """The first `limit` rows of a rollout batch as text: prompt (valid tokens), response (valid tokens), score.
 
-    scores: `(batch,)` sequence scores.
+    scores: `(batch,)` sequence scores. skip_special_tokens: drop the tokenizer's special tokens (eos, chat markers)
+    from the text; kept by default, so the validation log shows what the model emitted.
     """
     tensors = batch.batch
     response_len = tensors["responses"].shape[1]
@@ -46,8 +49,8 @@ def decode_samples(batch: DataProto, scores: torch.Tensor, tokenizer: Any, limit
         prompt_ids = tensors["input_ids"][row, :-response_len][prompt_mask[row]].tolist()
         response_ids = tensors["responses"][row][response_mask[row]].tolist()
         samples.append(ValSample(
-            prompt=tokenizer.decode(prompt_ids, skip_special_tokens=False),
-            response=tokenizer.decode(response_ids, skip_special_tokens=False),
+            prompt=tokenizer.decode(prompt_ids, skip_special_tokens=skip_special_tokens),
+            response=tokenizer.decode(response_ids, skip_special_tokens=skip_special_tokens),
             score=float(scores[row]),
         ))
     return samples

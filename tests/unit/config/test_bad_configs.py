@@ -36,6 +36,8 @@ BAD_CONFIGS = [
     (["trainer.logger=[console,neptune]"], "trainer.logger contains 'neptune'"),
     (["trainer.device=tpu"], "trainer.device='tpu' must be one of"),
     (["trainer.resume_mode=always"], "trainer.resume_mode='always' must be one of"),
+    (["trainer.rollout_data_dir=5"], "trainer.rollout_data_dir=5 has the wrong type: expected str or null"),
+    (["trainer.rollout_data_dir=''"], "trainer.rollout_data_dir='' must be a folder path, or null"),
     (["actor_rollout_ref.rollout.name=sglang"], "actor_rollout_ref.rollout.name='sglang' is not one of"),
     (["data.truncation=cut"], "data.truncation='cut' is not one of"),
     (["reward_model.reward_manager=dapo"], "reward_model.reward_manager='dapo' is not available"),
