@@ -339,6 +339,7 @@ def main() -> None:
         "launch_to_workers_ready_s": marks["workers_ready"] - launch_start,
         "process_start_to_launch_s": launch_start - PROCESS_START,
         "peak_memory_gib": [m / 1024 for m in memory.peak_mib],
+        "startup": {key: value for key, value in records[0].items() if key.startswith("startup/")},
         **summarize(records, args, shape),
     }
     print("RESULT " + json.dumps(report), flush=True)

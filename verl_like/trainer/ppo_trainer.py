@@ -460,9 +460,12 @@ class PPOTrainer:
                     if generations is not None:
                         generations.log(self.last_val_samples, step=0)
                     progress.note(last)
+                startup = dict(self._c.startup)  # where the start-up went: logged once, with this run's first step
                 while self.global_step < total and stops.requested is None:
                     metrics = self.train_step()
                     self.global_step += 1
+                    metrics.update(startup)
+                    startup = {}
                     if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or self.global_step == total):
                         metrics.update(self.validate())
                         if generations is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -83,6 +84,7 @@ class TrainerComponents:
     critic_shape: TransformerShape | None = None
     groups: list[WorkerGroup] = field(default_factory=list)
     pools: list[ResourcePool] = field(default_factory=list)
+    startup: dict[str, float] = field(default_factory=dict)  # "startup/*" seconds, logged with the first step
 
     def val_batches(self) -> Iterator[DataProto]:
         """One pass over the validation set (nothing when data.val_files is empty)."""
@@ -100,9 +102,20 @@ class TrainerComponents:
         self.reward_manager.close()
 
 
+def slowest_rank(per_rank: Any) -> dict[str, float]:
+    """Each "startup/*" time of an init_model call's per-rank answers at its slowest rank (a user's worker may
+    answer None: nothing)."""
+    merged: dict[str, float] = {}
+    for answer in per_rank if isinstance(per_rank, list) else [per_rank]:
+        for key, value in (answer or {}).items():
+            merged[key] = max(merged.get(key, 0.0), float(value))
+    return merged
+
+
 def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
-                    pending: Any, trainer_pool: ResourcePool) -> ServerModeRollout:
-    """Starts (or reaches) the vLLM servers, links the actor group to them and sends the weights once.
+                    pending: Any, trainer_pool: ResourcePool, startup: dict[str, float]) -> ServerModeRollout:
+    """Starts (or reaches) the vLLM servers, links the actor group to them and sends the weights once; notes
+    "startup/servers_s" (start to healthy) and "startup/first_sync_s" in `startup`, with the workers' own times.
 
     Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built:
     vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
@@ -122,18 +135,22 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
     args = vllm_server_args(rollout, overrides, model.trust_remote_code, weight_transfer)
     if config.rollout_pool.shares_trainer_devices and not rollout.server.address:
         pending.result()
+    started = time.perf_counter()
     clients, supervisors, pool = start_servers(
         config, model_path, args, device, trainer.cpus_per_worker,
         trainer.timeouts.worker_start_timeout_s, log_dir=str(Path(trainer.default_local_dir) / "server_logs"),
         trainer_pool=trainer_pool,
     )
+    startup["startup/servers_s"] = time.perf_counter() - started
     servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests)
     handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool)
     try:
-        pending.result()
+        startup.update(slowest_rank(pending.result()))
         # Partial rollout freezes in-flight requests across an update instead of waiting for them.
         pause_mode = "keep" if config.async_training.partial_rollout else rollout.server.pause_mode
+        started = time.perf_counter()
         actor_rollout.connect_rollout_servers([client.address for client in clients], pause_mode, weight_transfer)
+        startup["startup/first_sync_s"] = time.perf_counter() - started
     except BaseException:
         handle.close()
         raise
@@ -199,6 +216,7 @@ def build_components(
     )
 
     trainer = config.trainer
+    started = time.perf_counter()
     pool = ResourcePool.create(
         [trainer.n_gpus_per_node] * trainer.nnodes,
         device=resolve_device(trainer.device),
@@ -264,6 +282,7 @@ def build_components(
         resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
     )
     groups, pools = [group], [pool]
+    startup = {"startup/worker_processes_s": time.perf_counter() - started}  # pool, Ray actors, their imports
     actor_rollout = group.role("actor_rollout")
     pending = actor_rollout.init_model(blocking=False)  # the trainer's models build while servers start
     rollout = None
@@ -284,9 +303,9 @@ def build_components(
         critic, reward_model = handles.get("critic"), handles.get("reward_model")
         teacher = group.role("teacher") if config.distillation.enable else None
         if config.actor_rollout_ref.rollout.mode == "server":
-            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool)
+            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup)
         else:
-            pending.result()
+            startup.update(slowest_rank(pending.result()))
             rollout = ColocatedRollout(actor_rollout)
         for role in (critic, reward_model, teacher):
             if role is not None:
@@ -317,4 +336,5 @@ def build_components(
         critic_shape=model_shape(critic_path, config.critic.model.trust_remote_code) if derived.use_critic else None,
         groups=groups,
         pools=pools,
+        startup={**startup, "startup/total_s": time.perf_counter() - started},
     )

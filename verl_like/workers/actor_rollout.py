@@ -181,12 +181,23 @@ class ActorRolloutWorker(Worker):
     # ----- registered methods -----
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
+    def init_model(self) -> dict[str, float]:
         """Builds the actor's engine (and the reference's; engine/factory.py picks FSDP2 or Megatron by strategy), the
-        rollout engine, and syncs the actor's weights into it."""
+        rollout engine, and syncs the actor's weights into it. Returns where the time went ("startup/*" seconds:
+        actor_engine_s, ref_engine_s, rollout_engine_s, first_sync_s; the trainer logs them with its first step)."""
+        clock = time.perf_counter()
+        startup: dict[str, float] = {}
+
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            startup[f"startup/{name}_s"] = now - clock
+            clock = now
+
         actor_config = self.actor_config
         engine = build_engine(self.engine_config, actor_config.strategy, actor_config.megatron)
         self.actor = PPOActor(engine, actor_config, rollout_n=self.rollout_config.n)
+        lap("actor_engine")
         if self.ref_config is not None:
             ref_engine = reference_engine_config(self.engine_config, self.ref_config)
             ref = self.ref_config
@@ -194,19 +205,23 @@ class ActorRolloutWorker(Worker):
                 ref_engine, ref.strategy or actor_config.strategy, ref.megatron or actor_config.megatron
             ))
             self.ref.engine.offload()
+            lap("ref_engine")
         if self.rollout_config.mode == "server":
             # The rollout lives in vLLM servers; connect_rollout_servers() builds the transport to them.
             self.actor.engine.offload()
-            logger.info("rank %d: actor ready (rollout in servers)", self.rank)
-            return
+            logger.info("rank %d: actor ready (rollout in servers; %s)", self.rank, startup)
+            return startup
         if type(self).generate is ActorRolloutWorker.generate:
             self.rollout = self.build_rollout_engine()
         self.transport = self._colocated_transport()
+        lap("rollout_engine")
         # A dummy-initialised vLLM must get the weights before it generates; loading them once more is cheap.
         metrics = self._sync_weights()
         self._sleep_rollout()
         self.actor.engine.offload()
-        logger.info("rank %d: actor and rollout ready (%s)", self.rank, metrics)
+        lap("first_sync")
+        logger.info("rank %d: actor and rollout ready (%s; %s)", self.rank, metrics, startup)
+        return startup
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def connect_rollout_servers(self, addresses: list[str], pause_mode: str | None = None,

@@ -63,6 +63,12 @@ def test_ci_smoke_job_trains_validates_and_logs(cache_dir, tmp_path):
         assert key in last, sorted(last)
     # vLLM's sampled-token logprobs agree with the FSDP actor's on the same tokens (fp32).
     assert last["rollout/logprob_diff_mean"] < 1e-3
+    # Where the start-up went, once, with the first step; each part (a maximum over ranks) within the whole.
+    startup = {k: v for k, v in records[0].items() if k.startswith("startup/")}
+    assert set(startup) == {f"startup/{name}_s" for name in (
+        "worker_processes", "actor_engine", "rollout_engine", "first_sync", "total")}, sorted(startup)
+    assert all(0 < v <= startup["startup/total_s"] for v in startup.values()), startup
+    assert not any(k.startswith("startup/") for k in last)
 
 
 RESUMABLE = ["+trainer=ci_smoke", "trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.test_freq=-1",
