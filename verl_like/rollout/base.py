@@ -66,6 +66,23 @@ class SamplingConfig:
         """The temperature of the rollout's log-probs, which old and reference log-probs must use: 1 when greedy."""
         return self.temperature if self.do_sample else 1.0
 
+    def vllm_fields(self, prompt_index: int) -> dict[str, Any]:
+        """vLLM SamplingParams fields for prompt `prompt_index` of a call, the same in-process and through servers:
+        greedy when not do_sample (temperature 0, no top-p/top-k; 0 disables top-k in every supported release),
+        and prompt i samples with seed + i * n when the call is seeded."""
+        fields: dict[str, Any] = {
+            "n": self.n,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature if self.do_sample else 0.0,
+            "top_p": self.top_p if self.do_sample else 1.0,
+            "top_k": (self.top_k or 0) if self.do_sample else 0,
+            "ignore_eos": self.ignore_eos,
+            "stop_token_ids": list(self.stop_token_ids),
+        }
+        if self.seed is not None:
+            fields["seed"] = self.seed + prompt_index * self.n
+        return fields
+
 
 class RolloutEngine(abc.ABC):
     """Generates responses for token-id prompts and reports the sampled tokens' log-probs.

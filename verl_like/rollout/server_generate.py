@@ -27,7 +27,8 @@ import numpy as np
 
 ROUTE = "/verl_like/generate"
 VERSION = 1
-# The sampling fields a client may set; the rest (log-probs, detokenization, output kind) are fixed here.
+# The sampling fields a client may set (SamplingConfig.vllm_fields); log-probs, detokenization and the output
+# kind are fixed here.
 SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop_token_ids", "seed")
 
 
@@ -42,23 +43,14 @@ def decode_array(text: str, dtype: str) -> np.ndarray:
 
 
 def sampling_params(params: dict[str, Any]) -> Any:
-    """vLLM SamplingParams for a request's `params`: log-prob of each sampled token (flat layout where the release
-    has it), no detokenization, one answer when the request ends. Unknown fields raise ValueError naming them."""
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    from verl_like.rollout import vllm_compat
+    """The in-process engine's SamplingParams (`token_sampling_params`) for a request's `params`
+    (`SamplingConfig.vllm_fields`), one answer when the request ends. Unknown fields raise ValueError naming them."""
+    from verl_like.rollout.vllm import token_sampling_params
 
     unknown = sorted(set(params) - set(SAMPLING_FIELDS))
     if unknown:
         raise ValueError(f"unknown sampling fields {unknown}; this route takes {list(SAMPLING_FIELDS)}")
-    fields = dict(params)
-    if fields.get("top_k") is not None and int(fields["top_k"]) < 1:
-        fields["top_k"] = 0  # "no top-k" is 0 in every supported release
-    return SamplingParams(
-        **fields, logprobs=0, detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY,
-        **vllm_compat.flat_logprobs_kwargs(),
-    )
+    return token_sampling_params(params, final_only=True)
 
 
 def encode_output(output: Any) -> list[dict[str, Any]]:

@@ -21,22 +21,6 @@ from verl_like.rollout.server_client import Completion, ServerClient
 logger = logging.getLogger(__name__)
 
 
-def completion_params(sampling: SamplingConfig, prompt_index: int) -> dict[str, Any]:
-    """vLLM completion-request fields for prompt `prompt_index` of a call sampled with `sampling`."""
-    params: dict[str, Any] = {
-        "n": sampling.n,
-        "max_tokens": sampling.max_tokens,
-        "temperature": sampling.temperature if sampling.do_sample else 0.0,
-        "top_p": sampling.top_p if sampling.do_sample else 1.0,
-        "top_k": (sampling.top_k or -1) if sampling.do_sample else -1,
-        "ignore_eos": sampling.ignore_eos,
-        "stop_token_ids": list(sampling.stop_token_ids),
-    }
-    if sampling.seed is not None:
-        params["seed"] = sampling.seed + prompt_index * sampling.n
-    return params
-
-
 class ServerRollout:
     """Generates through `clients` (one per server); `max_concurrent` bounds the requests in flight."""
 
@@ -68,7 +52,7 @@ class ServerRollout:
         token_lists = prompt_token_lists(prompts)
         start = time.perf_counter()
         futures = [
-            self._pool.submit(self._complete, tokens, completion_params(sampling, index))
+            self._pool.submit(self._complete, tokens, sampling.vllm_fields(index))
             for index, tokens in enumerate(token_lists)
         ]
         samples = [future.result() for future in futures]

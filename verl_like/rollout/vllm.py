@@ -23,6 +23,20 @@ logger = logging.getLogger(__name__)
 _ENGINE_PARTS = frozenset({"weights", "kv_cache"})
 
 
+def token_sampling_params(fields: dict[str, Any], final_only: bool = False) -> Any:
+    """vLLM SamplingParams from `SamplingConfig.vllm_fields` for a rollout: each sampled token's log-prob (flat
+    layout where the release has it), no detokenization; `final_only`: one output when the request ends (what a
+    server route wants; LLM.generate returns final outputs anyway)."""
+    from vllm import SamplingParams
+
+    extra: dict[str, Any] = {}
+    if final_only:
+        from vllm.sampling_params import RequestOutputKind
+
+        extra["output_kind"] = RequestOutputKind.FINAL_ONLY
+    return SamplingParams(**fields, logprobs=0, detokenize=False, **extra, **vllm_compat.flat_logprobs_kwargs())
+
+
 @dataclass(frozen=True)
 class VLLMEngineOptions:
     """How the `vllm.LLM` is built.
@@ -159,24 +173,6 @@ class VLLMRolloutEngine(RolloutEngine):
         self._tp_rank = vllm_compat.tensor_parallel_rank() if options.tensor_parallel_size > 1 else 0
         self._awake_parts = set(_ENGINE_PARTS)  # a new engine is awake
 
-    def _sampling_params(self, sampling: SamplingConfig, prompt_index: int) -> Any:
-        from vllm import SamplingParams
-
-        seed = None if sampling.seed is None else sampling.seed + prompt_index * sampling.n
-        return SamplingParams(
-            n=sampling.n,
-            temperature=sampling.temperature if sampling.do_sample else 0.0,
-            top_p=sampling.top_p if sampling.do_sample else 1.0,
-            top_k=(sampling.top_k or 0) if sampling.do_sample else 0,
-            max_tokens=sampling.max_tokens,
-            stop_token_ids=list(sampling.stop_token_ids),
-            ignore_eos=sampling.ignore_eos,
-            seed=seed,
-            logprobs=0,
-            detokenize=False,
-            **vllm_compat.flat_logprobs_kwargs(),
-        )
-
     def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         """Returns the rollout batch for `prompts` (layout in `RolloutEngine`)."""
         from vllm.inputs import TokensPrompt
@@ -185,7 +181,7 @@ class VLLMRolloutEngine(RolloutEngine):
             raise RuntimeError("VLLMRolloutEngine.generate called while asleep; call wake_up() first")
         token_lists = prompt_token_lists(prompts)
         requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
-        params = [self._sampling_params(sampling, index) for index in range(len(requests))]
+        params = [token_sampling_params(sampling.vllm_fields(index)) for index in range(len(requests))]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
 
         responses, log_probs = [], []

@@ -112,14 +112,14 @@ def test_server_rollout_batch_layout_and_seeded_reproducibility(linked):
 def test_the_lean_route_returns_what_openai_completions_return(linked):
     """/verl_like/generate (no detokenization, flat log-probs, base64 arrays) against vLLM's /v1/completions on
     the same server, prompt and seed: the same tokens, the same log-probs; a bad field is refused naming it."""
+    from verl_like.rollout.base import SamplingConfig
     from verl_like.rollout.server_generate import ROUTE
 
     address = linked["handle"].servers.clients[0].address
     lean, openai = ServerClient(address, "lean"), ServerClient(address, "openai")
     openai._lean = False
     assert lean.lean and lean.request("GET", ROUTE) == {"version": 1}
-    params = {"n": 3, "max_tokens": 8, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "ignore_eos": True,
-              "stop_token_ids": [], "seed": 7}
+    params = SamplingConfig(n=3, max_tokens=8, temperature=1.0, ignore_eos=True, seed=7).vllm_fields(0)
     prompt = linked["prompts"].batch["input_ids"][0][linked["prompts"].batch["attention_mask"][0].bool()].tolist()
     try:
         got, want = lean.complete(prompt, params), openai.complete(prompt, params)

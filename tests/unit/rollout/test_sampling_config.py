@@ -33,3 +33,12 @@ def test_invalid_values_raise_with_the_field_name(kwargs, message):
 
 def test_stop_token_ids_become_a_tuple():
     assert SamplingConfig(stop_token_ids=[3, 4]).stop_token_ids == (3, 4)
+
+
+def test_vllm_fields_seed_each_prompt_and_turn_greedy_into_argmax():
+    sampled = SamplingConfig(n=4, temperature=0.7, top_p=0.9, top_k=20, max_tokens=16, stop_token_ids=(5,), seed=100)
+    assert sampled.vllm_fields(3) == {"n": 4, "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "top_k": 20,
+                                      "ignore_eos": False, "stop_token_ids": [5], "seed": 100 + 3 * 4}
+    greedy = SamplingConfig(temperature=0.7, top_p=0.9, top_k=20, do_sample=False).vllm_fields(0)
+    assert (greedy["temperature"], greedy["top_p"], greedy["top_k"]) == (0.0, 1.0, 0) and "seed" not in greedy
+    assert SamplingConfig().vllm_fields(0)["top_k"] == 0  # no top-k
