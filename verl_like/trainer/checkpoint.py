@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import torch
 
-from verl_like.utils.checkpoint import commit_directory, prepare_staging
+from verl_like.utils.checkpoint import commit_directory, prepare_staging, write_text_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +113,7 @@ class CheckpointManager:
         """Adds the trainer state, moves the staging directory into place, then points `latest` at it."""
         torch.save(trainer_state, staging / "trainer.pt")
         final = commit_directory(staging, self.step_dir(step))
-        pointer_tmp = self.root / f".{LATEST_FILE}.tmp"
-        pointer_tmp.write_text(f"{step}\n", encoding="utf-8")
-        os.replace(pointer_tmp, self.root / LATEST_FILE)
+        write_text_atomically(self.root / LATEST_FILE, f"{step}\n")
         self._prune()
         logger.info("checkpoint of step %d saved to %s", step, final)
         return final

@@ -19,7 +19,6 @@ only. A run killed during step s may leave s.jsonl although step s never finishe
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from verl_like.protocol import DataProto
 from verl_like.trainer.val_generations import decode_samples
+from verl_like.utils.checkpoint import write_text_atomically
 
 OPTIONAL_COLUMNS = ("data_source", "ground_truth")
 
@@ -70,18 +70,7 @@ def _plain(value: Any) -> Any:
 
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     """Writes `records` to `path` as JSON lines, atomically: a reader (or a kill) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # same folder: os.replace stays one rename
-    try:
-        with temp.open("w", encoding="utf-8") as file:
-            for record in records:
-                file.write(json.dumps(record, ensure_ascii=False, default=_plain) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, "".join(json.dumps(r, ensure_ascii=False, default=_plain) + "\n" for r in records))
 
 
 def dump_rollouts(

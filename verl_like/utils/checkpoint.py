@@ -34,6 +34,24 @@ def _fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
+def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
+    """Writes `text` to `path` through a hidden sibling and one rename: a reader (or a kill) sees the old file or
+    the whole new one, never half of it. Returns `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        with temp.open("w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def commit_directory(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
     """Moves the finished `staging` directory to `final`, replacing what was there; returns `final`."""
     staging, final = Path(staging), Path(final)
