@@ -16,6 +16,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from verl_like.engine.token_log_probs import token_log_probs
+
 
 # A causal-LM batch holding this key `(batch, response_len, k)` of token ids (a teacher's top-k) also gets
 # "topk_log_probs" `(batch, response_len, k)`: the model's log-probs of those tokens at each response position.
@@ -90,19 +92,6 @@ def _checked_packed_sources(tensors: TensorDict, layout: _PackedLayout, mask: to
     return sources
 
 
-def _token_log_probs(
-    logits: torch.Tensor, labels: torch.Tensor, temperature: float, calculate_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(label) and the entropy under softmax(logits / temperature), in float32; logits (..., vocab)."""
-    scaled = logits.float() / temperature
-    log_normaliser = torch.logsumexp(scaled, dim=-1)
-    log_probs = scaled.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - log_normaliser
-    entropy = None
-    if calculate_entropy:
-        entropy = log_normaliser - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1)
-    return log_probs, entropy
-
-
 def _topk_log_probs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float) -> torch.Tensor:
     """log p at `token_ids` (..., k) under softmax(logits / temperature), in float32; logits (..., vocab)."""
     scaled = logits.float() / temperature
@@ -167,7 +156,7 @@ def _causal_lm_outputs(
     responses = tensors["responses"]
     if layout is None:
         logits = _forward(model, tensors, None, logits_to_keep=responses.shape[1] + 1).logits[:, :-1]
-        log_probs, entropy = _token_log_probs(logits, responses, temperature, calculate_entropy)
+        log_probs, entropy = token_log_probs(logits, responses, temperature, calculate_entropy)
         # torch.where, not a product: padding positions may hold inf/nan that must not leak into sums.
         outputs = {"log_probs": torch.where(mask, log_probs, 0.0)}
         if entropy is not None:
@@ -178,7 +167,7 @@ def _causal_lm_outputs(
         return outputs
     sources = _checked_packed_sources(tensors, layout, mask)
     logits = _forward(model, tensors, layout, logits_to_keep=sources).logits[0]
-    log_probs, entropy = _token_log_probs(logits, responses[mask], temperature, calculate_entropy)
+    log_probs, entropy = token_log_probs(logits, responses[mask], temperature, calculate_entropy)
     outputs = {"log_probs": _scatter(log_probs, mask)}
     if entropy is not None:
         outputs["entropy"] = _scatter(entropy, mask)

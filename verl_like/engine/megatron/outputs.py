@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
-from verl_like.engine.model_outputs import _token_log_probs, response_mask_of
+from verl_like.engine.model_outputs import response_mask_of
+from verl_like.engine.token_log_probs import token_log_probs
 
 
 @dataclass
@@ -91,7 +92,7 @@ def causal_lm_outputs(
     sources = _sources(tensors, column_offset, logits.shape[1])
     picked = logits[:, :, :vocab_size].gather(
         1, sources.unsqueeze(-1).expand(-1, -1, vocab_size))  # (rows, response_len, vocab)
-    log_probs, entropy = _token_log_probs(picked, tensors["responses"], temperature, calculate_entropy)
+    log_probs, entropy = token_log_probs(picked, tensors["responses"], temperature, calculate_entropy)
     outputs = {"log_probs": torch.where(mask, log_probs, 0.0)}
     if entropy is not None:
         outputs["entropy"] = torch.where(mask, entropy, 0.0)
