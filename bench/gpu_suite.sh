@@ -16,6 +16,8 @@
 #   bash bench/gpu_suite.sh async_1gpu     # colocated synchronous vs server on the same GPU at staleness 1 (CUDA IPC)
 #   bash bench/gpu_suite.sh megatron_1gpu  # GRPO step with the Megatron actor (resharding = its sync), GPU test, 1.5B
 #   bash bench/gpu_suite.sh server_1gpu    # server on the same GPU at staleness 0 (CUDA IPC), the server-mode GPU test
+#   bash bench/gpu_suite.sh logprobs_1gpu  # fused log-prob kernels: GPU test, profiled update with/without, the step
+#   bash bench/gpu_suite.sh async_partial_1gpu  # staleness 1 with partial rollouts; the server-mode GPU test
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -149,8 +151,25 @@ server_1gpu)  # server on the trainer's GPU, synchronous, CUDA IPC weights; then
     --mode server --max-tokens-per-gpu 16384 --workdir "$WORK"
   run gpu_tests_server 260 0 "${PYTEST[@]}" tests/gpu/test_server_mode_gpu.py
   ;;
+logprobs_1gpu)  # the fused log-prob kernels: their GPU test, the update with and without them (profiled), the step
+  UPDATE=(python bench/update_throughput.py --models qwen2.5-0.5b --rows-per-rank 256 --prompt-len 128 \
+    --response-len 512 --steps 3 --warmup-steps 1 --gradient-checkpointing --workdir "$WORK")
+  run gpu_tests_token_log_probs 120 0 "${PYTEST[@]}" tests/gpu/test_token_log_probs_gpu.py
+  run update_torch_logprobs_32k 150 0 env VERL_LIKE_FUSED_LOG_PROBS=0 "${UPDATE[@]}" --max-tokens-per-rank 32768 \
+    --profile "$OUT/profile_torch_32k"
+  run update_fused_32k 150 0 "${UPDATE[@]}" --max-tokens-per-rank 32768 --profile "$OUT/profile_fused_32k"
+  run update_fused_64k 150 0 "${UPDATE[@]}" --max-tokens-per-rank 65536 --profile "$OUT/profile_fused_64k"
+  run step_trl_sync_fused 260 0 python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 \
+    --prompt-len 128 --response-len 512 --steps 5 --gpu-memory-utilization 0.3 --workdir "$WORK"
+  ;;
+async_partial_1gpu)  # staleness 1 with partial rollouts (pause keep) on the trainer's GPU; the server GPU test
+  run step_trl_async1_partial 320 0 python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 \
+    --prompt-len 128 --response-len 512 --steps 5 --mode server --staleness 1 --partial-rollout \
+    --max-tokens-per-gpu 16384 --workdir "$WORK"
+  run gpu_tests_server 260 0 "${PYTEST[@]}" tests/gpu/test_server_mode_gpu.py
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu" >&2
   exit 2
   ;;
 esac

@@ -196,6 +196,8 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
           if args.mode == "server" and args.server_gpu_fraction else []),
         *(["async_training.enable=true", f"async_training.staleness={args.staleness}", "algorithm.rollout_is=true"]
           if args.staleness is not None else []),
+        *(["async_training.partial_rollout=true"] if args.partial_rollout else []),
+        *args.override,
     ]
 
 
@@ -273,6 +275,10 @@ def main() -> None:
                         help="rollout placement (server: vLLM servers on a pool of their own)")
     parser.add_argument("--staleness", type=int, default=None,
                         help="asynchronous training with this staleness K (server mode; rollout IS on)")
+    parser.add_argument("--partial-rollout", action="store_true",
+                        help="with --staleness: in-flight samples continue across a weight update (pause keep)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="one more Hydra override of the job (repeatable), after the bench's own")
     parser.add_argument("--server-gpu-fraction", type=float, default=None,
                         help="--mode server on GPUs: each server's share of its trainer worker's GPU "
                              "(rollout_pool.gpu_fraction; default 0.3; 0: servers on GPUs of their own)")
@@ -332,7 +338,8 @@ def main() -> None:
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "prompts": args.prompts, "n": args.n, "prompt_len": args.prompt_len, "response_len": args.response_len,
         "offload": args.offload, "offload_policy": args.offload_policy, "eager": args.eager,
-        "rollout_dtype": args.rollout_dtype,
+        "rollout_dtype": args.rollout_dtype, "partial_rollout": args.partial_rollout, "overrides": args.override,
+        "fused_log_probs": os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0",
         "sleep_level": config.actor_rollout_ref.rollout.sleep_level,
         "launch_to_first_rollout_s": marks["first_rollout_done"] - launch_start,
         "launch_to_first_rollout_start_s": marks["first_rollout_start"] - launch_start,

@@ -23,9 +23,11 @@ attention that materialises the s x s scores, so compare it with FSDP2 both pack
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import resource
+import shutil
 import socket
 import tempfile
 import time
@@ -171,6 +173,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "gradient_checkpointing": args.gradient_checkpointing,
         "compute_dtype": "float32" if fp32 else "bfloat16",
         "packed": not args.padded,
+        "fused_log_probs": os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0",
         "rows_per_rank": args.rows_per_rank,
         "prompt_len": args.prompt_len,
         "response_len": args.response_len,
@@ -185,10 +188,62 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "peak_memory_gib": peak_memory_gib,
         "peak_memory_kind": "cuda max_memory_allocated" if is_cuda_available() else "process max RSS",
     }
+    if args.profile:
+        report["profile"] = profile_step(engine, batches[-1], Path(args.profile) / name)
     del engine
     if is_cuda_available():
         torch.cuda.empty_cache()
     return report
+
+
+_KERNEL_KINDS = (  # (kind, substrings of a CUDA kernel's lower-cased name), first match wins
+    ("token_log_probs", ("token_log_probs",)),  # our Triton kernels (verl_like/engine/token_log_probs.py)
+    ("attention", ("flash", "fmha", "attn")),
+    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90", "sm100")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("copy_cast", ("copy", "memcpy", "cat_", "memset", "fill")),
+    ("reduction", ("reduce", "softmax", "logsumexp", "norm")),
+)
+
+
+def _kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for kind, keys in _KERNEL_KINDS if any(key in lowered for key in keys)), "elementwise_other")
+
+
+def profile_step(engine, batch: DataProto, out_dir: Path) -> dict:
+    """One more (untimed) update under torch.profiler: device time by kernel kind, the top kernels, and the trace.
+
+    Writes `kernels.txt` (top 40 kernels by device time) and `trace.json.gz` to `out_dir`; returns the summary.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_cuda_available() else [])
+    if is_cuda_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        engine.forward_backward(batch, policy_gradient_loss)
+        engine.optimizer_step()
+        if is_cuda_available():
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    kernels = [event for event in prof.key_averages() if event.device_type.name == "CUDA"]
+    by_kind: dict[str, float] = {}
+    for event in kernels:
+        kind = _kernel_kind(event.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + event.self_device_time_total / 1e6
+    busy = sum(by_kind.values())
+    top = sorted(kernels, key=lambda event: event.self_device_time_total, reverse=True)[:40]
+    lines = [f"{event.self_device_time_total / 1e3:10.1f} ms {event.count:7d}x  {event.key[:160]}" for event in top]
+    (out_dir / "kernels.txt").write_text("\n".join(lines) + "\n")
+    prof.export_chrome_trace(str(out_dir / "trace.json"))
+    with open(out_dir / "trace.json", "rb") as raw, gzip.open(out_dir / "trace.json.gz", "wb") as packed:
+        shutil.copyfileobj(raw, packed)
+    (out_dir / "trace.json").unlink()
+    return {"wall_s": wall, "device_busy_s": busy, "device_s_by_kind": dict(sorted(by_kind.items())),
+            "top_kernels": lines[:15]}
 
 
 def build_engine(config: EngineConfig, args: argparse.Namespace):
@@ -234,6 +289,8 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="where the random models are written (default: a tmp dir)")
+    parser.add_argument("--profile", default=None,
+                        help="directory: profile one more update (kernels by kind, top kernels, a chrome trace)")
     parser.add_argument("--smoke", action="store_true", help="tiny shape, few short rows, on CPU")
     args = parser.parse_args()
     if args.smoke:
