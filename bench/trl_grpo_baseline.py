@@ -9,10 +9,11 @@ dtype when it loads a model by path), vLLM colocated in the trainer's process wi
 
 Where TRL's step differs from ours (its defaults, kept so that this measures TRL as users run it):
 - Attention: transformers' sdpa on padded rows; ours packs rows (varlen). All rows have the same length here.
-- Old log-probs: TRL recomputes them (one forward over the batch) because its vLLM importance-sampling correction
-  is on by default; ours computes them too.
-- vLLM: TRL fixes max_num_batched_tokens at 4096 and max_num_seqs at the generation batch; no sleep mode
-  (`--vllm-sleep` turns TRL's `vllm_enable_sleep_mode` on); weights synced from the HF model by name.
+- Old log-probs: both recompute them (one forward over the batch); TRL does because its vLLM importance-sampling
+  correction is on by default.
+- vLLM: TRL fixes max_num_batched_tokens at 4096 and max_num_seqs at the generation batch, and keeps the engine
+  awake through the update where ours puts it to sleep (`--vllm-sleep`: TRL's `vllm_enable_sleep_mode`, level 2);
+  weights go to vLLM one parameter at a time through `load_weights`.
 - Loss: TRL's default `loss_type` and advantage scaling; the loss shape does not change the step's cost.
 
 Reported: per-step wall time (median over steps 2..N; step k ends at the trainer's k-th on_step_end, step 1 starts at
@@ -20,10 +21,13 @@ its on_step_begin), completion tokens/s = prompts x n x response_len / step_s, a
 (`profiling/Time taken: ...`, summed per step, median over the same steps) and its logged `step_time` (its
 training_step calls, generation included, optimizer step not), as one `RESULT {json}` line.
 
-On the GPU machine (from the repo root, device kit environment active, wheels from .whl/trl/):
+On the GPU machine (from the repo root, device kit environment active). .whl/trl/ holds what the image and the kit
+lack: trl 1.16.0 (supports vLLM 0.22-0.31 and transformers >= 4.56.2), datasets 5.2.0, multiprocess 0.70.19; the
+image has accelerate, pyarrow, pandas, xxhash, fsspec, and the kit dill. /tmp/trl_extra goes last on the path so it
+shadows nothing:
 
     python3 -m pip install -q --no-deps --no-index --target /tmp/trl_extra .whl/trl/*.whl
-    PYTHONPATH=$PWD:/tmp/trl_extra:$PYTHONPATH python3 bench/trl_grpo_baseline.py --prompts 32 --n 8 \\
+    PYTHONPATH=$PWD:$PYTHONPATH:/tmp/trl_extra python3 bench/trl_grpo_baseline.py --prompts 32 --n 8 \\
         --prompt-len 128 --response-len 512 --steps 5 --gpu-memory-utilization 0.3
 
 or `bash bench/gpu_suite.sh trl_1gpu` (which also runs our step on the same workload). On CPU, to check the script
