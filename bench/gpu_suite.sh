@@ -18,6 +18,8 @@
 #   bash bench/gpu_suite.sh server_1gpu    # server on the same GPU at staleness 0 (CUDA IPC), the server-mode GPU test
 #   bash bench/gpu_suite.sh logprobs_1gpu  # fused log-prob kernels: GPU test, profiled update with/without, the step
 #   bash bench/gpu_suite.sh async_partial_1gpu  # staleness 1 with partial rollouts; the server-mode GPU test
+#   bash bench/gpu_suite.sh trl_1gpu       # TRL's GRPOTrainer (vLLM colocate) and our colocated step, same workload
+#                                          # (installs .whl/trl/*.whl into /tmp/trl_extra first)
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -168,8 +170,22 @@ async_partial_1gpu)  # staleness 1 with partial rollouts (pause keep) on the tra
     --max-tokens-per-gpu 16384 --workdir "$WORK"
   run gpu_tests_server 260 0 "${PYTEST[@]}" tests/gpu/test_server_mode_gpu.py
   ;;
+trl_1gpu)  # issue #14's ratio in one hold: TRL 1.16's GRPOTrainer, then our colocated step, same workload on GPU 0
+  TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512)
+  if python -m pip install -q --no-deps --no-index --no-compile --target /tmp/trl_extra .whl/trl/*.whl \
+      >"$OUT/trl_install.log" 2>&1; then
+    # /tmp/trl_extra last: it holds only trl, datasets and multiprocess, and must not shadow the kit
+    run trl_grpo 320 0 env PYTHONPATH="$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/trl_extra" \
+      python bench/trl_grpo_baseline.py "${TRL[@]}" --steps 5 --gpu-memory-utilization 0.3 --workdir "$WORK" \
+      --out "$OUT/trl_grpo.json"
+  else
+    echo "== trl_grpo skipped: installing .whl/trl/*.whl failed (see trl_install.log)"; tail -n 5 "$OUT/trl_install.log"
+  fi
+  run step_trl_sync 230 0 python bench/step_throughput.py --model qwen2.5-0.5b "${TRL[@]}" --steps 5 \
+    --gpu-memory-utilization 0.3 --workdir "$WORK"
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|trl_1gpu" >&2
   exit 2
   ;;
 esac
