@@ -154,6 +154,9 @@ class WorkerGroup:
         self.default_timeout_s = self.call_timeouts.fixed_s or self.call_timeouts.first_call_s
         self._meshes: dict[tuple[str, str], MeshInfo] = {}
         self._actors: list[Any] = []
+        # Seconds of the start: until rank 0's process answered (Ray's worker start, the host's imports), then
+        # until every rank had constructed its roles (their modules' imports, process groups, __init__).
+        self.startup_times: dict[str, float] = {}
         _LIVE_GROUPS.add(self)
         try:
             self._spawn(resource_fraction, init_timeout_s, env_vars or {})
@@ -193,9 +196,14 @@ class WorkerGroup:
         # Actors wait for free bundle resources: a group that never starts usually means the groups sharing this
         # pool ask for resource_fractions adding up to more than 1.
         where = f"group {self.name!r} start (actors waiting for resources in pool {self.pool.name!r}?)"
+        started = time.perf_counter()
         master_addr, master_port = _wait_all(where, {0: self._actors[0].rendezvous_address.remote()}, init_timeout_s)[0]
+        answered = time.perf_counter()
         inits = {r: a.init_roles.remote(self.roles, master_addr, master_port) for r, a in enumerate(self._actors)}
         _wait_all(f"group {self.name!r} role construction", inits, init_timeout_s)
+        self.startup_times = {
+            "process_start_s": answered - started, "role_construction_s": time.perf_counter() - answered,
+        }
         logger.info("worker group %r: %d workers, roles %s", self.name, self.world_size, list(self.roles))
 
     def role(self, name: str) -> RoleHandle:

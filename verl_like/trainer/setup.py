@@ -224,6 +224,7 @@ def build_components(
         name="global_pool",
         ready_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
+    pool_ready = time.perf_counter()
     topology = derived.topology  # decided once here; each role registers its meshes from its part
     actor_rollout_cls = adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker
     # A user's worker with a constructor of its own that lists the framework's arguments may predate `topology`;
@@ -282,7 +283,13 @@ def build_components(
         resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
     )
     groups, pools = [group], [pool]
-    startup = {"startup/worker_processes_s": time.perf_counter() - started}  # pool, Ray actors, their imports
+    # worker_processes = resource_pool (placement groups ready) + process_start (rank 0's process answers: Ray's
+    # worker start, the host's imports) + role_construction (the roles' imports, process groups, __init__)
+    startup = {
+        "startup/worker_processes_s": time.perf_counter() - started,
+        "startup/resource_pool_s": pool_ready - started,
+        **{f"startup/{name}": seconds for name, seconds in group.startup_times.items()},
+    }
     actor_rollout = group.role("actor_rollout")
     pending = actor_rollout.init_model(blocking=False)  # the trainer's models build while servers start
     rollout = None

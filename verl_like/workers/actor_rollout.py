@@ -31,6 +31,7 @@ Custom engines, two ways (examples/custom_rollout_worker.py):
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import time
 from collections.abc import Iterable
@@ -184,7 +185,8 @@ class ActorRolloutWorker(Worker):
     def init_model(self) -> dict[str, float]:
         """Builds the actor's engine (and the reference's; engine/factory.py picks FSDP2 or Megatron by strategy), the
         rollout engine, and syncs the actor's weights into it. Returns where the time went ("startup/*" seconds:
-        actor_engine_s, ref_engine_s, rollout_engine_s, first_sync_s; the trainer logs them with its first step)."""
+        actor_engine_s, ref_engine_s, vllm_import_s, rollout_engine_s, first_sync_s; the trainer logs them with its
+        first step)."""
         clock = time.perf_counter()
         startup: dict[str, float] = {}
 
@@ -212,6 +214,9 @@ class ActorRolloutWorker(Worker):
             logger.info("rank %d: actor ready (rollout in servers; %s)", self.rank, startup)
             return startup
         if type(self).generate is ActorRolloutWorker.generate:
+            if self.rollout_config.name == "vllm":
+                importlib.import_module("vllm")  # timed on its own: seconds of imports before the engine starts
+                lap("vllm_import")
             self.rollout = self.build_rollout_engine()
         self.transport = self._colocated_transport()
         lap("rollout_engine")

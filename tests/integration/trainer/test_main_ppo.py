@@ -66,8 +66,11 @@ def test_ci_smoke_job_trains_validates_and_logs(cache_dir, tmp_path):
     # Where the start-up went, once, with the first step; each part (a maximum over ranks) within the whole.
     startup = {k: v for k, v in records[0].items() if k.startswith("startup/")}
     assert set(startup) == {f"startup/{name}_s" for name in (
-        "worker_processes", "actor_engine", "rollout_engine", "first_sync", "total")}, sorted(startup)
+        "worker_processes", "resource_pool", "process_start", "role_construction", "actor_engine", "vllm_import",
+        "rollout_engine", "first_sync", "total")}, sorted(startup)
     assert all(0 < v <= startup["startup/total_s"] for v in startup.values()), startup
+    parts = ("resource_pool", "process_start", "role_construction")
+    assert sum(startup[f"startup/{p}_s"] for p in parts) <= startup["startup/worker_processes_s"], startup
     assert not any(k.startswith("startup/") for k in last)
 
 

@@ -60,7 +60,8 @@ def test_default_job_through_an_external_server_raises_the_held_out_reward(cache
     assert all(r["rollout/logprob_diff_max"] < 1e-4 for r in trained)
     startup = {k for k in trained[0] if k.startswith("startup/")}
     assert startup == {f"startup/{name}_s" for name in (
-        "worker_processes", "actor_engine", "servers", "first_sync", "total")}, sorted(startup)
+        "worker_processes", "resource_pool", "process_start", "role_construction", "actor_engine", "servers",
+        "first_sync", "total")}, sorted(startup)
     assert all(r["weight_sync/model_bytes"] > 0 for r in trained)
 
 
