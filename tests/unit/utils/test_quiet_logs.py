@@ -38,3 +38,17 @@ def test_trainer_log_level_reaches_vllm_and_ray_in_the_workers():
     assert load_config(["trainer.log_level=INFO"], check_paths=False).trainer.log_level == "INFO"
     with pytest.raises(ConfigError, match="trainer.log_level='LOUD' must be one of"):
         load_config(["trainer.log_level=LOUD"], check_paths=False)
+
+
+def test_jit_monitor_is_quiet_about_our_training_kernels_only(caplog):
+    name = "vllm.utils.jit_monitor"
+    message = "%s %s during inference: %s%s. This causes a latency spike"
+    logger = logging.getLogger(name)
+    logger.filters.clear()
+    install_noise_filters("WARNING")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=name):
+        logger.warning(message, "Triton kernel", "JIT compilation", "_kernels.<locals>.token_log_probs_forward", "")
+        logger.warning(message, "Triton kernel", "JIT compilation", "_topk_log_softmax_kernel", "")
+    logger.filters.clear()
+    assert [r.getMessage().split(": ")[1].split(".")[0] for r in caplog.records] == ["_topk_log_softmax_kernel"]
