@@ -18,6 +18,7 @@
 #   bash bench/gpu_suite.sh server_1gpu    # server on the same GPU at staleness 0 (CUDA IPC), the server-mode GPU test
 #   bash bench/gpu_suite.sh logprobs_1gpu  # fused log-prob kernels: GPU test, profiled update with/without, the step
 #   bash bench/gpu_suite.sh async_partial_1gpu  # staleness 1 with partial rollouts; the server-mode GPU test
+#   bash bench/gpu_suite.sh fused_layers_1gpu   # use_fused_kernels: GPU tests, profiled update with/without, the step
 #   bash bench/gpu_suite.sh trl_1gpu       # TRL's GRPOTrainer (vLLM colocate) and our colocated step, same workload
 #                                          # (installs .whl/trl/*.whl into /tmp/trl_extra first)
 set -uo pipefail
@@ -164,6 +165,17 @@ logprobs_1gpu)  # the fused log-prob kernels: their GPU test, the update with an
   run step_trl_sync_fused 260 0 python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 \
     --prompt-len 128 --response-len 512 --steps 5 --gpu-memory-utilization 0.3 --workdir "$WORK"
   ;;
+fused_layers_1gpu)  # use_fused_kernels (Triton RMSNorm and SwiGLU): GPU tests, update with/without, the step
+  UPDATE=(python bench/update_throughput.py --models qwen2.5-0.5b --rows-per-rank 256 --prompt-len 128 \
+    --response-len 512 --steps 3 --warmup-steps 1 --gradient-checkpointing --max-tokens-per-rank 65536 \
+    --workdir "$WORK")
+  run gpu_tests_fused_layers 150 0 "${PYTEST[@]}" tests/gpu/test_fused_layers_gpu.py
+  run update_64k 120 0 "${UPDATE[@]}" --profile "$OUT/profile_64k"
+  run update_64k_fused_layers 120 0 "${UPDATE[@]}" --fused-kernels --profile "$OUT/profile_64k_fused_layers"
+  run step_trl_sync_64k_fused_layers 230 0 python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 \
+    --prompt-len 128 --response-len 512 --steps 5 --gpu-memory-utilization 0.3 --max-tokens-per-gpu 65536 \
+    --override actor_rollout_ref.model.use_fused_kernels=true --workdir "$WORK"
+  ;;
 async_partial_1gpu)  # staleness 1 with partial rollouts (pause keep) on the trainer's GPU; the server GPU test
   run step_trl_async1_partial 320 0 python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 \
     --prompt-len 128 --response-len 512 --steps 5 --mode server --staleness 1 --partial-rollout \
@@ -185,7 +197,7 @@ trl_1gpu)  # issue #14's ratio in one hold: TRL 1.16's GRPOTrainer, then our col
     --gpu-memory-utilization 0.3 --workdir "$WORK"
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|trl_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu" >&2
   exit 2
   ;;
 esac

@@ -125,6 +125,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         reduce_dtype="float32",
         attn_implementation=args.attn if args.strategy == "fsdp2" else None,
         gradient_checkpointing=args.gradient_checkpointing,
+        fused_kernels=args.fused_kernels,
         lr=1e-6,
         use_remove_padding=not args.padded and args.strategy == "fsdp2",
         use_dynamic_bsz=True,
@@ -171,6 +172,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "attn_implementation": (engine.model.config._attn_implementation if args.strategy == "fsdp2"
                                 else "megatron-local"),
         "gradient_checkpointing": args.gradient_checkpointing,
+        "fused_kernels": args.fused_kernels,
         "compute_dtype": "float32" if fp32 else "bfloat16",
         "packed": not args.padded,
         "fused_log_probs": os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0",
@@ -287,6 +289,8 @@ def main() -> None:
                         help="Megatron's ZeRO-1 optimizer (auto: on for CUDA, as docs/benchmarks.md measured)")
     parser.add_argument("--fp32", action="store_true", help="compute in float32 (default: bf16 on CUDA)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--fused-kernels", action="store_true",
+                        help="Triton RMSNorm and SwiGLU in the model (use_fused_kernels; FSDP2 on CUDA)")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="bf16 matmul peak per GPU")
     parser.add_argument("--workdir", default=None, help="where the random models are written (default: a tmp dir)")
     parser.add_argument("--profile", default=None,

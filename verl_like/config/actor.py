@@ -281,6 +281,7 @@ class ActorConfig:
     Model execution
       use_remove_padding: pack sequences (no padding tokens in the forward pass).
       gradient_checkpointing: recompute decoder-layer activations in backward.
+      use_fused_kernels: Triton RMSNorm and SwiGLU in the model (see ModelConfig; CUDA, fsdp2).
     Engine
       strategy: "fsdp2" (default; verl's "fsdp" reads as fsdp2) or "megatron" (Megatron-core TP/PP/DP).
       megatron: MegatronConfig, the parallel layout with strategy=megatron (ignored by fsdp2).
@@ -309,6 +310,7 @@ class ActorConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_remove_padding: bool = False
     gradient_checkpointing: bool = False
+    use_fused_kernels: bool = False
     strategy: str = "fsdp2"
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
@@ -334,6 +336,11 @@ class ActorConfig:
         if not self.clip_ratio >= 0:
             raise ValueError(f"{p}.clip_ratio={self.clip_ratio} must be >= 0")
         self.policy_loss_config()  # validates the resolved clip range with the key names
+        if self.use_fused_kernels and self.strategy == "megatron":
+            raise ValueError(
+                f"{p}.use_fused_kernels=true swaps layers of the HF model the fsdp2 engine trains; the megatron "
+                "engine builds its own layers. Set actor_rollout_ref.model.use_fused_kernels=false or strategy=fsdp2"
+            )
 
     def policy_loss_config(self) -> PolicyLossConfig:
         """The clip settings, with clip_ratio_low / clip_ratio_high falling back to clip_ratio."""

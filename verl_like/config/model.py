@@ -38,6 +38,10 @@ class ModelConfig:
     enable_gradient_checkpointing / use_remove_padding: verl's switches; the YAML feeds them to
       `actor_rollout_ref.actor.gradient_checkpointing` / `.use_remove_padding` (and the reference's forward) by
       interpolation, so either key works.
+    use_fused_kernels: verl's key, fed to `actor_rollout_ref.actor.use_fused_kernels` the same way: Triton
+      kernels for the RMSNorm and SwiGLU of Qwen2/Llama-family models in the actor and reference
+      (engine/fused_layers.py; CUDA and strategy=fsdp2 only). verl fuses the log-prob/entropy computation under
+      this key; here that part is always fused on CUDA (engine/token_log_probs.py).
     """
 
     path: str = BUILTIN_TINY
@@ -47,6 +51,7 @@ class ModelConfig:
     override_config: Mapping[str, Any] = field(default_factory=dict)
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
+    use_fused_kernels: bool = False
 
     def __post_init__(self) -> None:
         if not self.path:

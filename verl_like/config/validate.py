@@ -39,6 +39,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     check_distillation(config, check_paths)
     _check_roles(config)
     _check_megatron_runtime(config)
+    _check_fused_kernels(config)
     _check_reward_roles(config)
     _check_schedule(config)
     _check_cluster(config)
@@ -152,6 +153,14 @@ def _check_megatron_runtime(config: PPOConfig) -> None:
                 f"mixed-precision optimizer checks for CUDA tensors); on trainer.device={config.trainer.device} set "
                 f"{prefix}.fsdp_config.param_dtype=float32"
             )
+
+
+def _check_fused_kernels(config: PPOConfig) -> None:
+    if config.actor_rollout_ref.actor.use_fused_kernels and config.trainer.device != "cuda":
+        raise ConfigError(
+            f"actor_rollout_ref.model.use_fused_kernels=true runs Triton kernels on CUDA, but trainer.device="
+            f"{config.trainer.device}; set actor_rollout_ref.model.use_fused_kernels=false"
+        )
 
 
 def _check_schedule(config: PPOConfig) -> None:

@@ -42,9 +42,10 @@ def build_engine_config(
     *,
     override_config: Mapping[str, Any] | None = None,
     trust_remote_code: bool = False,
+    fused_kernels: bool = False,
 ) -> EngineConfig:
     """The EngineConfig of the actor or critic node; override_config / trust_remote_code come from the role's
-    `model` node (actor_rollout_ref.model or critic.model)."""
+    `model` node (actor_rollout_ref.model or critic.model), fused_kernels from the actor's node."""
     optim, fsdp = node.optim, node.fsdp_config
     if optim.lr_scheduler_type == "cosine" and total_training_steps is None:
         raise ValueError(
@@ -55,6 +56,7 @@ def build_engine_config(
         model_path=model_path,
         model_kind=model_kind,
         gradient_checkpointing=node.gradient_checkpointing,
+        fused_kernels=fused_kernels,
         override_config=override_config or {},
         trust_remote_code=trust_remote_code,
         lr=optim.lr,
@@ -90,7 +92,7 @@ def actor_engine_config(
     override_config / trust_remote_code: actor_rollout_ref.model's)."""
     return build_engine_config(
         actor, "causal_lm", model_path, total_training_steps, seed,
-        override_config=override_config, trust_remote_code=trust_remote_code,
+        override_config=override_config, trust_remote_code=trust_remote_code, fused_kernels=actor.use_fused_kernels,
     )
 
 

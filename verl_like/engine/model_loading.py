@@ -176,6 +176,8 @@ def load_model(config: EngineConfig) -> PreTrainedModel:
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
+    if config.fused_kernels:
+        _apply_fused_kernels(model)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -187,3 +189,21 @@ def load_model(config: EngineConfig) -> PreTrainedModel:
         config.dtype, model.config._attn_implementation,
     )
     return model
+
+
+def _apply_fused_kernels(model: torch.nn.Module) -> None:
+    """Swaps in engine/fused_layers.py's Triton RMSNorm and SwiGLU; refuses a device or model they cannot serve."""
+    from verl_like.engine.fused_layers import MLP_CLASSES, RMSNORM_CLASSES, apply_fused_layers
+    from verl_like.utils.device import is_cuda_available
+
+    if not is_cuda_available():
+        raise ValueError("use_fused_kernels=true runs Triton kernels on CUDA, and no CUDA device is visible; set "
+                         "actor_rollout_ref.model.use_fused_kernels=false")
+    counts = apply_fused_layers(model)
+    if not counts["rms_norm"] and not counts["mlp"]:
+        raise ValueError(
+            f"use_fused_kernels=true found no supported layer in {type(model).__name__} (RMSNorm: "
+            f"{', '.join(RMSNORM_CLASSES)}; SiLU MLP: {', '.join(MLP_CLASSES)}); set "
+            "actor_rollout_ref.model.use_fused_kernels=false"
+        )
+    logger.info("fused kernels: %d RMSNorm and %d MLP modules", counts["rms_norm"], counts["mlp"])

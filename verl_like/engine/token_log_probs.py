@@ -136,8 +136,8 @@ def _kernels():
         return None
 
     @triton.jit
-    def token_log_probs_forward(logits, stride_b, stride_r, rows, labels, log_probs, lse_out, entropy_out, vocab, inv_temp,
-                WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
+    def token_log_probs_forward(logits, stride_b, stride_r, rows, labels, log_probs, lse_out, entropy_out, vocab,
+                                inv_temp, WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
         index = tl.program_id(0).to(tl.int64)
         row = logits + (index // rows) * stride_b + (index % rows) * stride_r
         total = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), 0)  # float32 scalars carried through the loop
@@ -163,8 +163,8 @@ def _kernels():
             tl.store(entropy_out + index, lse - weighted / total)
 
     @triton.jit
-    def token_log_probs_backward(logits, stride_b, stride_r, rows, labels, grad_lp, grad_ent, lse_in, entropy_in, grad, vocab,
-                 inv_temp, WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
+    def token_log_probs_backward(logits, stride_b, stride_r, rows, labels, grad_lp, grad_ent, lse_in, entropy_in,
+                                 grad, vocab, inv_temp, WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
         index = tl.program_id(0).to(tl.int64)
         row = logits + (index // rows) * stride_b + (index % rows) * stride_r
         out = grad + index * vocab

@@ -71,6 +71,10 @@ BAD = [
     # The context check reads override_config.max_position_embeddings, as the engine does.
     (["+actor_rollout_ref.model.override_config.max_position_embeddings=100", "data.max_prompt_length=64",
       "data.max_response_length=64"], "exceeds the model's max_position_embeddings=100"),
+    (["actor_rollout_ref.model.use_fused_kernels=true"],
+     "actor_rollout_ref.model.use_fused_kernels=true runs Triton kernels on CUDA, but trainer.device=cpu"),
+    (["actor_rollout_ref.model.use_fused_kernels=true", "actor_rollout_ref.actor.strategy=megatron"],
+     "actor_rollout_ref.actor.use_fused_kernels=true swaps layers of the HF model the fsdp2 engine trains"),
 ]
 
 
@@ -143,3 +147,10 @@ def test_a_critic_tokenizer_equal_to_the_policys_validates(dirs):
         f"critic.model.path={dirs['policy']}",
     ])
     assert config.critic.model.tokenizer_path == dirs["same"]
+
+
+def test_use_fused_kernels_reaches_the_actor_engine_config():
+    config = to_typed(compose_config(SMOKE + ["actor_rollout_ref.model.use_fused_kernels=true"]))
+    assert config.actor_rollout_ref.actor.use_fused_kernels
+    assert actor_engine_config(config.actor_rollout_ref.actor, "tiny").fused_kernels
+    assert not actor_engine_config(to_typed(compose_config(SMOKE)).actor_rollout_ref.actor, "tiny").fused_kernels
