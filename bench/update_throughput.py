@@ -23,11 +23,9 @@ attention that materialises the s x s scores, so compare it with FSDP2 both pack
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import resource
-import shutil
 import socket
 import tempfile
 import time
@@ -240,10 +238,7 @@ def profile_step(engine, batch: DataProto, out_dir: Path) -> dict:
     top = sorted(kernels, key=lambda event: event.self_device_time_total, reverse=True)[:40]
     lines = [f"{event.self_device_time_total / 1e3:10.1f} ms {event.count:7d}x  {event.key[:160]}" for event in top]
     (out_dir / "kernels.txt").write_text("\n".join(lines) + "\n")
-    prof.export_chrome_trace(str(out_dir / "trace.json"))
-    with open(out_dir / "trace.json", "rb") as raw, gzip.open(out_dir / "trace.json.gz", "wb") as packed:
-        shutil.copyfileobj(raw, packed)
-    (out_dir / "trace.json").unlink()
+    prof.export_chrome_trace(str(out_dir / "trace.json.gz"))  # torch gzips by the suffix
     return {"wall_s": wall, "device_busy_s": busy, "device_s_by_kind": dict(sorted(by_kind.items())),
             "top_kernels": lines[:15]}
 
