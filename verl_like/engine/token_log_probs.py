@@ -68,8 +68,9 @@ def _rows_view(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _check_labels(labels: torch.Tensor, vocab: int) -> None:
-    if labels.numel() and bool(((labels < 0) | (labels >= vocab)).any()):
-        bad = labels[(labels < 0) | (labels >= vocab)][0].item()
+    outside = (labels < 0) | (labels >= vocab)
+    if bool(outside.any()):
+        bad = labels[outside][0].item()
         raise ValueError(f"token_log_probs: label {bad} is outside the vocabulary [0, {vocab})")
 
 
