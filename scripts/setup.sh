@@ -16,7 +16,13 @@ find_links=()
 [ -d "$FIND_LINKS" ] && find_links=(--find-links "$FIND_LINKS")
 # torchvision/torchaudio/torchcodec come as CUDA builds that fail to import here and break
 # transformers' model imports; triton is unused on CPU. None of them is needed.
+# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (as on our CI
+# machines) Python never caches them, so every process (each Ray worker, each vLLM engine) would compile torch,
+# transformers, vLLM and Ray from source again: imports take about twice as long (docs/benchmarks.md).
 "$VENV/bin/uv" pip install --python "$VENV/bin/python" "${find_links[@]}" \
-    --excludes scripts/install-excludes.txt --index-strategy unsafe-best-match \
+    --excludes scripts/install-excludes.txt --index-strategy unsafe-best-match --compile-bytecode \
     -e ".[cpu,test]"
+# The same for this package (an editable install's sources are not compiled by uv); a file edited later is
+# compiled in memory again as usual, its stale .pyc ignored.
+"$VENV/bin/python" -m compileall -q verl_like >/dev/null
 touch "$stamp"
