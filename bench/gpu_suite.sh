@@ -21,6 +21,12 @@
 #   bash bench/gpu_suite.sh fused_layers_1gpu   # use_fused_kernels: GPU tests, profiled update with/without, the step
 #   bash bench/gpu_suite.sh trl_1gpu       # TRL's GRPOTrainer (vLLM colocate) and our colocated step, same workload
 #                                          # (installs .whl/trl/*.whl into /tmp/trl_extra first)
+#   bash bench/gpu_suite.sh startup_1gpu   # imports, ray.init, CUDA's first touch (bench/startup_profile.py)
+#   bash bench/gpu_suite.sh bytecode       # compiles the kit's and this repo's bytecode once, as pip does at install
+#                                          # (the kit ships none; with PYTHONDONTWRITEBYTECODE set every process
+#                                          # would compile vLLM, Ray and transformers from source again)
+#   bash bench/gpu_suite.sh launch_1gpu    # launch -> first rollout on the TRL workload: a first run (fills vLLM's
+#                                          # compile cache), then two more; the step's start-up split in each
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -196,8 +202,25 @@ trl_1gpu)  # issue #14's ratio in one hold: TRL 1.16's GRPOTrainer, then our col
   run step_trl_sync 230 0 python bench/step_throughput.py --model qwen2.5-0.5b "${TRL[@]}" --steps 5 \
     --gpu-memory-utilization 0.3 --workdir "$WORK"
   ;;
+startup_1gpu)
+  run startup_profile 400 0 python bench/startup_profile.py --repeats 1 --out "$OUT/startup"
+  ;;
+bytecode)
+  start=$SECONDS
+  for dir in ${DEVKIT_SITE:-/tmp/site} /tmp/extra "$PWD/verl_like"; do
+    [ -d "$dir" ] && python -m compileall -q -j 0 "$dir" >/dev/null 2>&1
+  done
+  echo "== bytecode compiled in $((SECONDS - start)) s"
+  ;;
+launch_1gpu)
+  LAUNCH=(python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512
+    --gpu-memory-utilization 0.3 --max-tokens-per-gpu 65536 --workdir "$WORK")
+  run launch_first 300 0 "${LAUNCH[@]}" --steps 2
+  run launch_warm 200 0 "${LAUNCH[@]}" --steps 1
+  run launch_warm2 200 0 "${LAUNCH[@]}" --steps 1
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu" >&2
   exit 2
   ;;
 esac

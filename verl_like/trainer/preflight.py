@@ -5,7 +5,8 @@ the rollout backend importable (vLLM, with the install command for the device wh
 role with strategy=megatron, devices asked vs
 present, logger packages installed, data file types and their data sources' scorers, the run
 directory writable with room for a checkpoint (when its size is known), and the dashboard port free. Each failure
-raises one PreflightError naming the key and the fix; `main_ppo` and `trainer.launch.launch` call it before Ray.
+raises one PreflightError naming the key and the fix (packages without compiled bytecode that Python will not cache
+only warn: every process would compile them from source); `main_ppo` and `trainer.launch.launch` call it before Ray.
 A driver that joins an existing cluster skips the device checks: the devices are on the cluster's nodes.
 """
 
@@ -108,6 +109,40 @@ def run_preflight(
     if reward_fn is None:
         check_data_sources_have_scorers(config)
     check_run_dir(config)
+    warn_uncompiled_packages(
+        ("torch", "transformers", "ray") + (("vllm",) if config.actor_rollout_ref.rollout.name == "vllm" else ())
+    )
+
+
+def uncompiled_packages(packages: tuple[str, ...]) -> list[Path]:
+    """The directories of `packages` that every new process would compile from source again: no bytecode cached
+    beside their __init__.py, and Python may not write it (PYTHONDONTWRITEBYTECODE, or a read-only directory)."""
+    found = []
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        source = Path(spec.origin)
+        if Path(importlib.util.cache_from_source(str(source))).exists():
+            continue
+        if sys.dont_write_bytecode or not os.access(source.parent, os.W_OK):
+            found.append(source.parent)
+    return found
+
+
+def warn_uncompiled_packages(packages: tuple[str, ...]) -> None:
+    """Warns (does not fail) when Python will compile these packages from source in every process: each Ray
+    worker and vLLM engine then starts seconds later (uv installs without bytecode by default)."""
+    missing = uncompiled_packages(packages)
+    if missing:
+        logger.warning(
+            "%s have no compiled bytecode and Python will not cache it here (%s): every worker and engine process "
+            "compiles them from source again, several seconds each. Compile them once:\n    %s -m compileall -q "
+            "-j 0 %s\n(or install with `uv pip install --compile-bytecode`, as scripts/setup.sh does)",
+            ", ".join(path.name for path in missing),
+            "PYTHONDONTWRITEBYTECODE is set" if sys.dont_write_bytecode else "their directories are read-only",
+            sys.executable, " ".join(str(path) for path in missing),
+        )
 
 
 def _joins_cluster(address: str | None) -> bool:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import compileall
 import importlib.util
 import json
+import logging
 import socket
+import sys
 
 import pytest
 
@@ -165,3 +168,26 @@ def test_megatron_needs_megatron_core_importable_and_fsdp2_does_not(tmp_path, mo
     preflight.check_training_backends(_config(tmp_path))  # fsdp2 needs no megatron-core
     present["megatron.core"] = True
     preflight.check_training_backends(megatron)
+
+
+def _package(root, name):
+    package = root / name
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    return package
+
+
+def test_packages_without_bytecode_are_named_with_the_compile_command(tmp_path, monkeypatch, caplog):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    bare, compiled = _package(tmp_path, "vl_bare_pkg"), _package(tmp_path, "vl_compiled_pkg")
+    assert compileall.compile_dir(str(compiled), quiet=1)
+    assert preflight.uncompiled_packages(("vl_bare_pkg", "vl_compiled_pkg", "no_such_pkg_here")) == [bare]
+    with caplog.at_level(logging.WARNING, logger=preflight.__name__):
+        preflight.warn_uncompiled_packages(("vl_bare_pkg", "vl_compiled_pkg"))
+    (record,) = caplog.records
+    assert "vl_bare_pkg have no compiled bytecode" in record.getMessage()
+    assert f"-m compileall -q -j 0 {bare}" in record.getMessage()
+    # where Python may write the cache itself, the first process does so and the rest read it
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert preflight.uncompiled_packages(("vl_bare_pkg",)) == []
