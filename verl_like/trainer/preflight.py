@@ -136,7 +136,7 @@ def warn_uncompiled_packages(packages: tuple[str, ...]) -> None:
     missing = uncompiled_packages(packages)
     if missing:
         logger.warning(
-            "%s have no compiled bytecode and Python will not cache it here (%s): every worker and engine process "
+            "no compiled bytecode for %s, and Python will not cache it here (%s): every worker and engine process "
             "compiles them from source again, several seconds each. Compile them once:\n    %s -m compileall -q "
             "-j 0 %s\n(or install with `uv pip install --compile-bytecode`, as scripts/setup.sh does)",
             ", ".join(path.name for path in missing),
