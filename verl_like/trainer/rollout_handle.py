@@ -105,24 +105,94 @@ def start_servers(
     config: Any, model_path: str, server_args: list[str], device: str, cpus_per_process: float,
     ready_timeout_s: float, log_dir: str | None = None, trainer_pool: ResourcePool | None = None,
 ) -> tuple[list[ServerClient], list[Any], ResourcePool | None]:
-    """Clients of the servers `config` (the PPOConfig) names, or of servers started now on `rollout_pool`.
+    """Clients of the servers `config` (the PPOConfig) names, or of servers started now on `rollout_pool`:
+    `launch_servers(...).wait_ready()` (see both)."""
+    return launch_servers(config, model_path, server_args, device, cpus_per_process, ready_timeout_s, log_dir,
+                          trainer_pool).wait_ready()
+
+
+class LaunchedServers:
+    """Servers `launch_servers` started (or the user's, named by rollout.server.address), not yet known healthy.
+
+    `wait_ready()` waits for each to answer /health and returns (clients, supervisors, the rollout pool this
+    created or None); `abort()` ends whatever was started. Either releases the servers on failure.
+    """
+
+    def __init__(self, server: Any, started: float, ready_timeout_s: float, supervisors: list[Any] | None = None,
+                 address_refs: list[Any] | None = None, host: str = "127.0.0.1", pool: ResourcePool | None = None,
+                 addresses: list[str] | None = None) -> None:
+        self.server = server  # rollout.server
+        self.started = started
+        self.ready_timeout_s = ready_timeout_s
+        self.supervisors = supervisors or []
+        self.address_refs = address_refs or []
+        self.host = host
+        self.pool = pool
+        self.addresses = addresses  # the user's servers (rollout.server.address)
+
+    def wait_ready(self) -> tuple[list[ServerClient], list[Any], ResourcePool | None]:
+        """Each server answers /health within server.start_timeout_s (counted from the launch), or ServerError
+        names it with its log's tail."""
+        from verl_like.rollout.server_client import ServerClient, ServerError
+
+        server = self.server
+        if self.addresses is not None:
+            clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s)
+                       for i, a in enumerate(self.addresses)]
+            for client in clients:
+                client.wait_healthy(min(server.start_timeout_s, 60.0))
+            return clients, [], None
+        try:
+            addresses = ray.get(self.address_refs, timeout=self.ready_timeout_s)
+            if self.host == "0.0.0.0":  # reach each server at its node's address
+                nodes = ray.get([s.node_ip.remote() for s in self.supervisors], timeout=self.ready_timeout_s)
+                addresses = [a.replace("0.0.0.0", ip) for a, ip in zip(addresses, nodes)]
+            clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s)
+                       for i, a in enumerate(addresses)]
+            for client, supervisor in zip(clients, self.supervisors):
+                remaining = max(server.start_timeout_s - (time.monotonic() - self.started), 1.0)
+                try:
+                    client.wait_healthy(remaining, alive=lambda s=supervisor: ray.get(s.alive.remote(), timeout=30))
+                except ServerError as err:
+                    tail = ray.get(supervisor.log_tail.remote(), timeout=30)
+                    raise ServerError(f"{err}; its log ends:\n{tail}") from err
+            logger.info("%d vLLM server(s) ready %.0f s after their launch: %s", len(clients),
+                        time.monotonic() - self.started, addresses)
+            return clients, self.supervisors, self.pool
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Ends the started servers (their supervisors; each server dies with its supervisor) and their pool."""
+        supervisors, self.supervisors = self.supervisors, []
+        for supervisor in supervisors:
+            ray.kill(supervisor, no_restart=True)
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.remove()
+
+
+def launch_servers(
+    config: Any, model_path: str, server_args: list[str], device: str, cpus_per_process: float,
+    ready_timeout_s: float, log_dir: str | None = None, trainer_pool: ResourcePool | None = None,
+) -> LaunchedServers:
+    """Starts the servers `config` (the PPOConfig) asks for without waiting for them (`LaunchedServers`), so that
+    the trainer's workers can start meanwhile; with rollout.server.address, only names the user's servers.
 
     Started servers run under `RolloutServerWorker` actors, one per `tensor_model_parallel_size` devices; all are
-    launched at once, then each must answer /health within server.start_timeout_s (an error names it and shows
-    its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles, one each, instead
-    of a pool of their own (trainer/server_placement.py); the pool returned is then None (the trainer's owns it).
+    launched at once, then (in `wait_ready`) each must answer /health within server.start_timeout_s (an error
+    names it and shows its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles,
+    one each, instead of a pool of their own (trainer/server_placement.py); no pool is then returned (the
+    trainer's owns it).
     """
-    from verl_like.rollout.server_client import ServerClient, ServerError
     from verl_like.workers.rollout_server import RolloutServerWorker
 
     rollout = config.actor_rollout_ref.rollout
     server = rollout.server
+    started = time.monotonic()
     if server.address:
-        clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s)
-                   for i, a in enumerate(server.address)]
-        for client in clients:
-            client.wait_healthy(min(server.start_timeout_s, 60.0))
-        return clients, [], None
+        return LaunchedServers(server, started, ready_timeout_s, addresses=list(server.address))
     tp = rollout.tensor_model_parallel_size
     placement = server_placement(config, device, cpus_per_process)
     if placement.shared:
@@ -136,35 +206,21 @@ def start_servers(
         )
         owned = pool
     host = "127.0.0.1" if placement.nnodes == 1 else "0.0.0.0"
-    remote = ray.remote(RolloutServerWorker)
-    supervisors = []
-    for index, slot in enumerate(pool.slots):
-        options = {
-            **placement.actor_resources(),
-            "max_restarts": 0,
-            "scheduling_strategy": PlacementGroupSchedulingStrategy(slot.placement_group, slot.bundle_index),
-            "name": f"verl_like_rollout_server_{index}_{id(pool)}",
-        }
-        supervisors.append(remote.options(**options).remote(index, model_path, tp, device, host, server_args, log_dir))
+    launched = LaunchedServers(server, started, ready_timeout_s, host=host, pool=owned)
     try:
-        addresses = ray.get([s.start.remote() for s in supervisors], timeout=ready_timeout_s)
-        if host == "0.0.0.0":  # reach each server at its node's address
-            nodes = ray.get([s.node_ip.remote() for s in supervisors], timeout=ready_timeout_s)
-            addresses = [a.replace("0.0.0.0", ip) for a, ip in zip(addresses, nodes)]
-        clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s) for i, a in enumerate(addresses)]
-        start = time.monotonic()
-        for client, supervisor in zip(clients, supervisors):
-            remaining = max(server.start_timeout_s - (time.monotonic() - start), 1.0)
-            try:
-                client.wait_healthy(remaining, alive=lambda s=supervisor: ray.get(s.alive.remote(), timeout=30))
-            except ServerError as err:
-                tail = ray.get(supervisor.log_tail.remote(), timeout=30)
-                raise ServerError(f"{err}; its log ends:\n{tail}") from err
-        logger.info("%d vLLM server(s) ready in %.0f s: %s", len(clients), time.monotonic() - start, addresses)
-        return clients, supervisors, owned
+        remote = ray.remote(RolloutServerWorker)
+        for index, slot in enumerate(pool.slots):
+            options = {
+                **placement.actor_resources(),
+                "max_restarts": 0,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(slot.placement_group, slot.bundle_index),
+                "name": f"verl_like_rollout_server_{index}_{id(pool)}",
+            }
+            launched.supervisors.append(
+                remote.options(**options).remote(index, model_path, tp, device, host, server_args, log_dir)
+            )
+        launched.address_refs = [s.start.remote() for s in launched.supervisors]
     except BaseException:
-        for supervisor in supervisors:
-            ray.kill(supervisor, no_restart=True)
-        if owned is not None:
-            owned.remove()
+        launched.abort()
         raise
+    return launched

@@ -14,7 +14,7 @@ from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
-from verl_like.trainer.rollout_handle import ColocatedRollout, ServerModeRollout, start_servers
+from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, ServerModeRollout, launch_servers
 from verl_like.trainer.server_placement import server_placement, server_weight_transfer
 from verl_like.utils.device import resolve_device
 from verl_like.utils.flops import TransformerShape
@@ -112,16 +112,9 @@ def slowest_rank(per_rank: Any) -> dict[str, float]:
     return merged
 
 
-def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
-                    pending: Any, trainer_pool: ResourcePool, startup: dict[str, float]) -> ServerModeRollout:
-    """Starts (or reaches) the vLLM servers, links the actor group to them and sends the weights once; notes
-    "startup/servers_s" (start to healthy) and "startup/first_sync_s" in `startup`, with the workers' own times.
-
-    Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built:
-    vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
-    moment would distort."""
+def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePool | None) -> LaunchedServers:
+    """Starts the vLLM servers (or names the user's) with verl_like's server flags; does not wait for them."""
     from verl_like.engine.model_loading import load_hf_config, resolved_overrides
-    from verl_like.rollout.servers import ServerRollout
     from verl_like.serve import vllm_server_args
 
     rollout, model, trainer = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model, config.trainer
@@ -131,17 +124,39 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
                                    override_config=dict(model.override_config))
         overrides = resolved_overrides(hf_config, dict(model.override_config))
     device = resolve_device(trainer.device)
-    weight_transfer = server_weight_transfer(config, device)
-    args = vllm_server_args(rollout, overrides, model.trust_remote_code, weight_transfer)
-    if config.rollout_pool.shares_trainer_devices and not rollout.server.address:
-        pending.result()
-    started = time.perf_counter()
-    clients, supervisors, pool = start_servers(
-        config, model_path, args, device, trainer.cpus_per_worker,
-        trainer.timeouts.worker_start_timeout_s, log_dir=str(Path(trainer.default_local_dir) / "server_logs"),
-        trainer_pool=trainer_pool,
+    args = vllm_server_args(rollout, overrides, model.trust_remote_code, server_weight_transfer(config, device))
+    return launch_servers(
+        config, model_path, args, device, trainer.cpus_per_worker, trainer.timeouts.worker_start_timeout_s,
+        log_dir=str(Path(trainer.default_local_dir) / "server_logs"), trainer_pool=trainer_pool,
     )
-    startup["startup/servers_s"] = time.perf_counter() - started
+
+
+def _servers_start_early(config: PPOConfig) -> bool:
+    """Servers on devices of their own start before the trainer's workers, so that their start (vLLM's imports in
+    two or three processes, the engine's) overlaps the workers' (only started servers: the user's run already)."""
+    return (config.actor_rollout_ref.rollout.mode == "server" and not config.actor_rollout_ref.rollout.server.address
+            and not config.rollout_pool.shares_trainer_devices)
+
+
+def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
+                    pending: Any, trainer_pool: ResourcePool, startup: dict[str, float],
+                    launched: LaunchedServers | None = None) -> ServerModeRollout:
+    """Waits for the vLLM servers (`launched`, or starts them now), links the actor group to them and sends the
+    weights once; notes "startup/servers_s" (launch to healthy) and "startup/first_sync_s" in `startup`, with
+    the workers' own times.
+
+    Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built:
+    vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
+    moment would distort. Servers on devices of their own were launched before the trainer's workers."""
+    from verl_like.rollout.servers import ServerRollout
+
+    rollout = config.actor_rollout_ref.rollout
+    if launched is None:
+        if config.rollout_pool.shares_trainer_devices and not rollout.server.address:
+            pending.result()
+        launched = _launch_servers(config, model_path, trainer_pool)
+    clients, supervisors, pool = launched.wait_ready()
+    startup["startup/servers_s"] = time.monotonic() - launched.started
     servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests)
     handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool)
     try:
@@ -149,6 +164,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         # Partial rollout freezes in-flight requests across an update instead of waiting for them.
         pause_mode = "keep" if config.async_training.partial_rollout else rollout.server.pause_mode
         started = time.perf_counter()
+        weight_transfer = server_weight_transfer(config, resolve_device(config.trainer.device))
         actor_rollout.connect_rollout_servers([client.address for client in clients], pause_mode, weight_transfer)
         startup["startup/first_sync_s"] = time.perf_counter() - started
     except BaseException:
@@ -274,14 +290,20 @@ def build_components(
         roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
     # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
     placement = server_placement(config, resolve_device(trainer.device), trainer.cpus_per_worker)
-    group = WorkerGroup(
-        pool,
-        roles,
-        name="hybrid",
-        default_timeout_s=CallTimeouts.from_config(trainer.timeouts),
-        init_timeout_s=trainer.timeouts.worker_start_timeout_s,
-        resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
-    )
+    launched = _launch_servers(config, model_path, None) if _servers_start_early(config) else None
+    try:
+        group = WorkerGroup(
+            pool,
+            roles,
+            name="hybrid",
+            default_timeout_s=CallTimeouts.from_config(trainer.timeouts),
+            init_timeout_s=trainer.timeouts.worker_start_timeout_s,
+            resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
+        )
+    except BaseException:
+        if launched is not None:
+            launched.abort()
+        raise
     groups, pools = [group], [pool]
     # worker_processes = resource_pool (placement groups ready) + process_start (rank 0's process answers: Ray's
     # worker start, the host's imports) + role_construction (the roles' imports, process groups, __init__)
@@ -310,7 +332,9 @@ def build_components(
         critic, reward_model = handles.get("critic"), handles.get("reward_model")
         teacher = group.role("teacher") if config.distillation.enable else None
         if config.actor_rollout_ref.rollout.mode == "server":
-            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup)
+            # From here _server_rollout owns the launched servers (it releases them if it fails).
+            early, launched = launched, None
+            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup, early)
         else:
             startup.update(slowest_rank(pending.result()))
             rollout = ColocatedRollout(actor_rollout)
@@ -320,6 +344,8 @@ def build_components(
     except BaseException:
         if rollout is not None:
             rollout.close()
+        if launched is not None:
+            launched.abort()
         for each in groups:
             each.shutdown()
         for each in pools:

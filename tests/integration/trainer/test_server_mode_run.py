@@ -105,6 +105,8 @@ def test_a_killed_server_ends_the_job_naming_it_and_nothing_is_left(cache_dir, t
     assert proc.returncode != 0
     assert ended < 90, ended
     assert "server 0 (http://127.0.0.1:" in out, out[-3000:]
+    # servers on a pool of their own were launched before the trainer's workers started (their starts overlap)
+    assert out.index("resource pool 'rollout_pool'") < out.index("worker group 'hybrid'"), out[:3000]
     deadline = time.monotonic() + 30  # an engine killed by its parent's death takes a moment to be reaped
     while set(vllm_processes()) != set(before) and time.monotonic() < deadline:
         time.sleep(0.5)
