@@ -241,57 +241,58 @@ def build_components(
         ready_timeout_s=trainer.timeouts.worker_start_timeout_s,
     )
     pool_ready = time.perf_counter()
-    topology = derived.topology  # decided once here; each role registers its meshes from its part
-    actor_rollout_cls = adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker
-    # A user's worker with a constructor of its own that lists the framework's arguments may predate `topology`;
-    # it then computes the same layouts itself (config/topology.actor_group_topology).
-    actor_rollout_topology = {"topology": topology} if accepts_keyword(actor_rollout_cls, "topology") else {}
-    roles = {
-        "actor_rollout": RoleSpec(
-            actor_rollout_cls,  # issue 16
-            kwargs={
-                "model_path": model_path,
-                "actor": config.actor_rollout_ref.actor,
-                "rollout": config.actor_rollout_ref.rollout,
-                "ref": config.actor_rollout_ref.ref if derived.use_reference_policy else None,
-                "total_training_steps": total_steps,
-                "seed": config.data.seed,
-                "model": model,
-                **actor_rollout_topology,
-                **(actor_rollout_kwargs or {}),
-            },
-        )
-    }
-    critic_path = config.critic.model.path or model_path
-    own: dict[str, tuple[RoleSpec, Any]] = {}  # roles on pools of their own (critic_pool, reward_model_pool)
-    if derived.use_critic:
-        critic_cls = critic_worker or CriticWorker
-        roles["critic"] = RoleSpec(
-            critic_cls,
-            kwargs={
-                "config": config.critic,
-                "model_path": critic_path,
-                "rollout_n": config.actor_rollout_ref.rollout.n,
-                "total_training_steps": total_steps,
-                **({"topology": topology.critic} if accepts_keyword(critic_cls, "topology") else {}),
-            },
-        )
-    if derived.use_reward_model:
-        roles["reward_model"] = RoleSpec(
-            reward_model_worker or RewardModelWorker,
-            kwargs={"config": config.reward_model, "seed": config.data.seed},
-        )
-    for name, pool_config in (("critic", config.critic_pool), ("reward_model", config.reward_model_pool)):
-        if name in roles and not pool_config.colocated:
-            own[name] = (roles.pop(name), pool_config)
-    if config.distillation.enable:
-        from verl_like.trainer.distillation_setup import teacher_role
-
-        roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
-    # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
-    placement = server_placement(config, resolve_device(trainer.device), trainer.cpus_per_worker)
-    launched = _launch_servers(config, model_path, None) if _servers_start_early(config) else None
+    launched = None
     try:
+        topology = derived.topology  # decided once here; each role registers its meshes from its part
+        actor_rollout_cls = adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker
+        # A user's worker with a constructor of its own that lists the framework's arguments may predate `topology`;
+        # it then computes the same layouts itself (config/topology.actor_group_topology).
+        actor_rollout_topology = {"topology": topology} if accepts_keyword(actor_rollout_cls, "topology") else {}
+        roles = {
+            "actor_rollout": RoleSpec(
+                actor_rollout_cls,  # issue 16
+                kwargs={
+                    "model_path": model_path,
+                    "actor": config.actor_rollout_ref.actor,
+                    "rollout": config.actor_rollout_ref.rollout,
+                    "ref": config.actor_rollout_ref.ref if derived.use_reference_policy else None,
+                    "total_training_steps": total_steps,
+                    "seed": config.data.seed,
+                    "model": model,
+                    **actor_rollout_topology,
+                    **(actor_rollout_kwargs or {}),
+                },
+            )
+        }
+        critic_path = config.critic.model.path or model_path
+        own: dict[str, tuple[RoleSpec, Any]] = {}  # roles on pools of their own (critic_pool, reward_model_pool)
+        if derived.use_critic:
+            critic_cls = critic_worker or CriticWorker
+            roles["critic"] = RoleSpec(
+                critic_cls,
+                kwargs={
+                    "config": config.critic,
+                    "model_path": critic_path,
+                    "rollout_n": config.actor_rollout_ref.rollout.n,
+                    "total_training_steps": total_steps,
+                    **({"topology": topology.critic} if accepts_keyword(critic_cls, "topology") else {}),
+                },
+            )
+        if derived.use_reward_model:
+            roles["reward_model"] = RoleSpec(
+                reward_model_worker or RewardModelWorker,
+                kwargs={"config": config.reward_model, "seed": config.data.seed},
+            )
+        for name, pool_config in (("critic", config.critic_pool), ("reward_model", config.reward_model_pool)):
+            if name in roles and not pool_config.colocated:
+                own[name] = (roles.pop(name), pool_config)
+        if config.distillation.enable:
+            from verl_like.trainer.distillation_setup import teacher_role
+
+            roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
+        # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
+        placement = server_placement(config, resolve_device(trainer.device), trainer.cpus_per_worker)
+        launched = _launch_servers(config, model_path, None) if _servers_start_early(config) else None
         group = WorkerGroup(
             pool,
             roles,
@@ -300,9 +301,11 @@ def build_components(
             init_timeout_s=trainer.timeouts.worker_start_timeout_s,
             resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
         )
-    except BaseException:
+    except BaseException:  # nothing started so far outlives a failed start
         if launched is not None:
             launched.abort()
+        pool.remove()
+        reward_manager.close()
         raise
     groups, pools = [group], [pool]
     # worker_processes = resource_pool (placement groups ready) + process_start (rank 0's process answers: Ray's
@@ -350,6 +353,7 @@ def build_components(
             each.shutdown()
         for each in pools:
             each.remove()
+        reward_manager.close()
         raise
     return TrainerComponents(
         actor_rollout=actor_rollout,

@@ -3,7 +3,8 @@
 - With an external server (the session's, started by `python -m verl_like.serve`) through `server.address`, the
   default job raises the held-out reward as the colocated one does.
 - With a server the trainer starts on `rollout_pool`, killing that server mid-run ends the job within the timeout,
-  naming the server, and no vLLM process outlives the job.
+  naming the server, and no vLLM process outlives the job. Such servers launch before the trainer's workers; when
+  the workers cannot start, the launched servers are released too.
 - The asynchronous driver reproduces the synchronous run at staleness 0, raises the reward at staleness 1, and an
   async run killed with kill -9 resumes at its first untrained batch: its rollout dumps show every batch of the
   uninterrupted data order trained once, none skipped or repeated, none staler than K versions.
@@ -14,13 +15,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import ray
 from test_main_ppo import DETERMINISTIC, _main_ppo, _run
 
+from verl_like.config.loader import load_config
 from verl_like.utils.tracking import read_metrics
+from verl_like.workers.actor_rollout import ActorRolloutWorker
 
 pytest.importorskip("vllm")
 
@@ -39,6 +44,17 @@ def vllm_processes() -> dict[int, str]:
         if "vllm.entrypoints.openai.api_server" in args or "EngineCore" in args or "EngineCore" in title:
             found[int(entry.name)] = args or title
     return found
+
+
+class WorkerThatFailsOnceTheServerRuns(ActorRolloutWorker):
+    """Fails its construction, but only once a vLLM server process of this machine runs (so the test below
+    releases a server that really started)."""
+
+    def __init__(self, *args, **kwargs):
+        deadline = time.monotonic() + 120
+        while not any("api_server" in args for args in vllm_processes().values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        raise RuntimeError("this worker fails on purpose")
 
 
 @pytest.fixture(scope="module")
@@ -244,3 +260,20 @@ def test_killed_async_run_resumes_at_the_first_untrained_batch(cache_dir, tmp_pa
     # No sample is more than K versions older than the policy it trains: step s trains version s-1.
     lags = {step: {step - 1 - r["weight_version"] for r in records} for step, records in final.items()}
     assert all(0 <= lag <= staleness for step_lags in lags.values() for lag in step_lags), lags
+
+
+def test_servers_launched_before_the_workers_are_released_when_the_workers_fail(ray_cluster, tmp_path, vllm_server):
+    from verl_like.trainer.setup import build_components
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the worker class travels by value
+    before = vllm_processes()  # the session's server
+    config = load_config(["+trainer=ci_smoke", *SERVER, f"trainer.default_local_dir={tmp_path}",
+                          "reward_model.scoring_workers=0"])
+    with pytest.raises(Exception, match="this worker fails on purpose"):
+        build_components(config, actor_rollout_worker=WorkerThatFailsOnceTheServerRuns)
+    deadline = time.monotonic() + 30  # a server killed through its supervisor's death takes a moment to be reaped
+    while set(vllm_processes()) != set(before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert set(vllm_processes()) == set(before), vllm_processes()
+    names = [pg["name"] for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert not any("rollout_pool" in name or "global_pool" in name for name in names), names
