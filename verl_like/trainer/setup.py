@@ -132,8 +132,9 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
 
 
 def _servers_start_early(config: PPOConfig) -> bool:
-    """Servers on devices of their own start before the trainer's workers, so that their start (vLLM's imports in
-    two or three processes, the engine's) overlaps the workers' (only started servers: the user's run already)."""
+    """Whether the servers launch before the trainer's workers, so that their start (vLLM's imports in two or three
+    processes, the engine's) overlaps the workers': servers we start on devices of their own (a user's servers at
+    rollout.server.address run already; servers on the trainer's devices wait for its models)."""
     return (config.actor_rollout_ref.rollout.mode == "server" and not config.actor_rollout_ref.rollout.server.address
             and not config.rollout_pool.shares_trainer_devices)
 

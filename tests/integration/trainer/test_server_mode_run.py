@@ -46,15 +46,22 @@ def vllm_processes() -> dict[int, str]:
     return found
 
 
+def server_fronts() -> set[int]:
+    """Pids of the vLLM server front processes on this machine."""
+    return {pid for pid, command in vllm_processes().items() if "api_server" in command}
+
+
 class WorkerThatFailsOnceTheServerRuns(ActorRolloutWorker):
-    """Fails its construction, but only once a vLLM server process of this machine runs (so the test below
-    releases a server that really started)."""
+    """Fails its construction, but only once a server front process other than `fronts_before` runs (so the test
+    below releases a server that really started; the class travels to the worker by value, this set with it)."""
+
+    fronts_before: frozenset[int] = frozenset()
 
     def __init__(self, *args, **kwargs):
         deadline = time.monotonic() + 120
-        while not any("api_server" in args for args in vllm_processes().values()) and time.monotonic() < deadline:
+        while not server_fronts() - self.fronts_before and time.monotonic() < deadline:
             time.sleep(0.2)
-        raise RuntimeError("this worker fails on purpose")
+        raise RuntimeError(f"this worker fails on purpose (new server fronts: {server_fronts() - self.fronts_before})")
 
 
 @pytest.fixture(scope="module")
@@ -267,9 +274,10 @@ def test_servers_launched_before_the_workers_are_released_when_the_workers_fail(
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the worker class travels by value
     before = vllm_processes()  # the session's server
+    WorkerThatFailsOnceTheServerRuns.fronts_before = frozenset(server_fronts())
     config = load_config(["+trainer=ci_smoke", *SERVER, f"trainer.default_local_dir={tmp_path}",
                           "reward_model.scoring_workers=0"])
-    with pytest.raises(Exception, match="this worker fails on purpose"):
+    with pytest.raises(Exception, match=r"this worker fails on purpose \(new server fronts: \{\d+\}\)"):
         build_components(config, actor_rollout_worker=WorkerThatFailsOnceTheServerRuns)
     deadline = time.monotonic() + 30  # a server killed through its supervisor's death takes a moment to be reaped
     while set(vllm_processes()) != set(before) and time.monotonic() < deadline:
