@@ -21,6 +21,7 @@ from verl_like.rewards.custom import check_reward_signature
 from verl_like.rewards.error_policy import ERROR_POLICIES, FailedSample, check_error_budget, describe_failures
 from verl_like.rewards.pool import ScoreOutcome, ScoringPool, score_one
 from verl_like.rewards.registry import default_compute_score
+from verl_like.rollout.trajectory import infra_failed_rows
 
 logger = logging.getLogger(__name__)
 
@@ -113,17 +114,30 @@ class RewardManager:
     def score_batch(self, batch: DataProto) -> RuleScores:
         """The rule scores of a rollout batch; raises RewardError when error_policy says the run must stop.
 
-        Reads `responses` and `response_mask` `(batch, response_len)` and the non-tensor columns data_source
-        (`reward_fn_key`), ground_truth and, if present, extra_info. A response with no valid token gets its
-        score at position 0, where the mask makes every estimator ignore it.
+        Reads `responses`, `response_mask` `(batch, response_len)` and the response part of `attention_mask`,
+        and the non-tensor columns data_source (`reward_fn_key`), ground_truth and, if present, extra_info. The
+        text scored is the whole response (in a multi-turn trajectory the tool replies too: every token the
+        attention mask covers); the score sits on the last token the loss trains on (the policy's last sampled
+        token), or position 0 for a response with none, where the mask makes every estimator ignore it.
+        Rows whose agent loop gave its own score (non-tensor "agent_reward") keep it; rows of trajectories that
+        failed through infrastructure ("loss_mask_reason") are not scored (0, outside the loss anyway).
         """
         mask = batch.batch["response_mask"]
-        lengths = mask.sum(-1).tolist()
+        width = mask.shape[1]
+        # The whole response's tokens (tool replies too); a batch without an attention mask has only sampled ones.
+        attended = batch.batch["attention_mask"][:, -width:] if "attention_mask" in batch.batch.keys() else mask
+        lengths = attended.sum(-1).tolist()
         tasks = self._tasks(batch, lengths)
-        outcomes = self.score_tasks(tasks)
+        own = batch.non_tensor_batch.get("agent_reward")
+        skip = infra_failed_rows(batch).tolist()
+        to_score = [i for i in range(len(tasks)) if not skip[i] and (own is None or own[i] is None)]
+        scored = dict(zip(to_score, self.score_tasks([tasks[i] for i in to_score])))
+        outcomes = [scored.get(i) or ScoreOutcome(float(own[i]) if own is not None and own[i] is not None else 0.0)
+                    for i in range(len(tasks))]
         scores = torch.tensor([o.score for o in outcomes], dtype=torch.float32)
         token_level_scores = torch.zeros(mask.shape, dtype=torch.float32)
-        last = torch.tensor([max(length - 1, 0) for length in lengths], dtype=torch.long)
+        columns = torch.arange(width)
+        last = torch.where(mask.bool().any(-1), (columns * mask.bool()).argmax(-1), torch.zeros(len(mask), dtype=torch.long))
         token_level_scores[torch.arange(len(outcomes)), last] = scores
         failed = [
             FailedSample(i, str(tasks[i]["data_source"]), o.error, o.timed_out)

@@ -138,6 +138,12 @@ class RolloutEngine(abc.ABC):
         """A context manager whose value receives TP slices (resharding/transfer.py's sink protocol)."""
         raise NotImplementedError(f"{type(self).__name__} loads full tensors only (supports_slice_loading is False)")
 
+    def token_generator(self, max_model_len: int) -> Any:
+        """The engine's token-level generate for agent loops (`rollout/token_generate.py`: async, one request at a
+        time); engines without one cannot run agent loops."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no token-level generate; agent loops need one (implement token_generator)")
+
     @property
     def weight_dtype(self) -> torch.dtype | None:
         """The dtype of the engine's weights (what a transport sends), or None when it takes any."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
@@ -111,6 +112,12 @@ class HFRolloutEngine(RolloutEngine):
         )
 
     @torch.no_grad()
+    def token_generator(self, max_model_len: int) -> Any:
+        """Agent loops' generate on this engine, one request at a time (the reference)."""
+        from verl_like.rollout.token_generate import HFTokenGenerator
+
+        return HFTokenGenerator(self, max_model_len)
+
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copies full tensors into the model's parameters/buffers by HF name."""
         targets = dict(self.model.named_parameters())

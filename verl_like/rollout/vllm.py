@@ -254,6 +254,12 @@ class VLLMRolloutEngine(RolloutEngine):
 
         return VLLMSliceLoader(self.llm, params, shape, self.tp_size)
 
+    def token_generator(self, max_model_len: int) -> Any:
+        """Agent loops' generate on this engine: requests stream into vLLM as they arrive (token_generate.py)."""
+        from verl_like.rollout.token_generate import VLLMTokenGenerator
+
+        return VLLMTokenGenerator(self.llm, max_model_len)
+
     @property
     def weight_dtype(self) -> torch.dtype:
         return self.llm.llm_engine.vllm_config.model_config.dtype

@@ -238,3 +238,10 @@ def pickle_ipc_handles(handles: dict[str, tuple]) -> str:
     import pickle
 
     return base64.b64encode(pickle.dumps(handles)).decode("ascii")
+
+
+def add_engine_request(engine: Any, request_id: str, prompt: Any, params: Any) -> str:
+    """Adds one request to an in-process `LLMEngine`; returns the id its outputs carry. 0.32 returns the internal
+    id (the given one plus a random suffix) while outputs name the given one; 0.25 returns nothing."""
+    returned = engine.add_request(request_id, prompt, params)
+    return returned if isinstance(returned, str) else request_id

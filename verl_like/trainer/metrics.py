@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -11,6 +12,8 @@ import torch
 
 from verl_like.protocol import DataProto
 from verl_like.utils.flops import TransformerShape, mfu, training_flops
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -115,3 +118,26 @@ def mean_metrics(result: Any) -> dict[str, float]:
         if numbers:
             out[key] = float(np.mean(numbers))
     return out
+
+
+class ToolCallWatch:
+    """Warns when a run with tools makes no tool call for `patience` steps in a row (a parser that never fires, a
+    template that hides the tools, a policy that stopped calling them); once per dry spell."""
+
+    def __init__(self, multi_turn: Any, patience: int = 3) -> None:
+        self.active = bool(multi_turn.enable and multi_turn.tool_config_path)
+        self.patience = patience
+        self.dry_steps = 0
+
+    def observe(self, metrics: dict[str, float], step: int) -> bool:
+        """Records a step's agent/tool_calls; True when it warned."""
+        if not self.active or "agent/tool_calls" not in metrics:
+            return False
+        self.dry_steps = 0 if metrics["agent/tool_calls"] > 0 else self.dry_steps + 1
+        if self.dry_steps != self.patience:
+            return False
+        logger.warning(
+            "no tool call in the last %d steps (to step %d) although multi_turn is on with tools: check that the "
+            "policy's calls match multi_turn.format (agent/malformed_calls=%g) and that the chat template shows it "
+            "the tools", self.patience, step, metrics.get("agent/malformed_calls", 0.0))
+        return True

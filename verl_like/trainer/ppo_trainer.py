@@ -32,10 +32,12 @@ from verl_like.algorithms import (
 )
 from verl_like.protocol import DataProto
 from verl_like.rollout.request import GenerationRequest
+from verl_like.rollout.trajectory import infra_failed_rows
 from verl_like.trainer.async_rollout import RolloutPrefetcher
 from verl_like.trainer.balance import balance_batch
 from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_state
 from verl_like.trainer.interrupts import StopRequests, TrainingInterrupted
+from verl_like.trainer.metrics import ToolCallWatch
 from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, throughput_metrics, timed
 from verl_like.trainer.progress import Progress
 from verl_like.trainer.rewarding import BatchScorer
@@ -297,7 +299,7 @@ class PPOTrainer:
         inputs = AdvantageInputs(
             token_level_rewards=rewards,
             response_mask=mask,
-            index=batch.non_tensor_batch["uid"],
+            index=_baseline_groups(batch),
             values=batch.batch["values"] if "values" in batch.batch.keys() else None,
             reward_baselines=batch.batch["reward_baselines"] if "reward_baselines" in batch.batch.keys() else None,
         )
@@ -450,6 +452,7 @@ class PPOTrainer:
             self._prefetcher = RolloutPrefetcher(self._rollout, self._c.train_loader,
                                                  self.config.async_training.staleness, self.global_step, total)
         progress = Progress(total=total, start=self.global_step)
+        tool_watch = ToolCallWatch(self.config.actor_rollout_ref.rollout.multi_turn)
         last: dict[str, float] = {}
         stops = StopRequests()  # SIGTERM/SIGINT: finish the step, checkpoint, raise TrainingInterrupted
         try:
@@ -472,6 +475,7 @@ class PPOTrainer:
                             generations.log(self.last_val_samples, step=self.global_step)
                     if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or self.global_step == total):
                         self._save_checkpoint()
+                    tool_watch.observe(metrics, self.global_step)
                     self.tracking.log(metrics, step=self.global_step)
                     progress.update(self.global_step, metrics)
                     last = metrics
@@ -496,6 +500,19 @@ class PPOTrainer:
         if self.components is not None:
             self.components.shutdown()
             self.components = None
+
+
+def _baseline_groups(batch: DataProto) -> np.ndarray:
+    """The group of each row for group baselines (GRPO, RLOO, ...): its prompt's uid, except that a trajectory
+    which failed through infrastructure (a tool raised, hung or crashed) is a group of its own, so that its
+    meaningless 0 does not move its siblings' baseline (its loss mask is all 0 as well)."""
+    groups = batch.non_tensor_batch["uid"]
+    failed = infra_failed_rows(batch).numpy()
+    if not failed.any():
+        return groups
+    groups = groups.copy()
+    groups[failed] = [f"infra-failure-{row}" for row in np.flatnonzero(failed)]
+    return groups
 
 
 def _merge(batch: DataProto, result: DataProto, metrics: dict[str, float]) -> DataProto:

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from verl_like.protocol import DataProto
+from verl_like.rollout.trajectory import infra_failed_rows
 from verl_like.trainer.val_generations import decode_samples
 from verl_like.utils.checkpoint import write_text_atomically
 
-OPTIONAL_COLUMNS = ("data_source", "ground_truth")
+OPTIONAL_COLUMNS = ("data_source", "ground_truth", "agent_num_turns")
 
 
 def rollout_records(batch: DataProto, tokenizer: Any, step: int, weight_version: int | None) -> list[dict[str, Any]]:
@@ -40,6 +41,7 @@ def rollout_records(batch: DataProto, tokenizer: Any, step: int, weight_version:
     scores = batch.batch["token_level_scores"].sum(-1)
     samples = decode_samples(batch, scores, tokenizer, len(batch), skip_special_tokens=True)
     columns = batch.non_tensor_batch
+    failed = infra_failed_rows(batch).tolist()
     records = []
     for row, sample in enumerate(samples):
         record: dict[str, Any] = {
@@ -52,6 +54,9 @@ def rollout_records(batch: DataProto, tokenizer: Any, step: int, weight_version:
         }
         if weight_version is not None:
             record["weight_version"] = int(weight_version)
+        if "loss_mask_reason" in batch.batch.keys():  # a multi-turn trajectory: what the loss trained on
+            record["trained_tokens"] = int(batch.batch["response_mask"][row].sum())
+            record["infra_failure"] = bool(failed[row])
         for key in OPTIONAL_COLUMNS:
             if key in columns and columns[key][row] is not None:
                 record[key] = columns[key][row]

@@ -35,7 +35,8 @@ class ValSample:
 def decode_samples(
     batch: DataProto, scores: torch.Tensor, tokenizer: Any, limit: int, skip_special_tokens: bool = False
 ) -> list[ValSample]:
-    """The first `limit` rows of a rollout batch as text: prompt (valid tokens), response (valid tokens), score.
+    """The first `limit` rows of a rollout batch as text: prompt (valid tokens), response (every token the
+    attention mask covers: a multi-turn trajectory's tool replies too), score.
 
     scores: `(batch,)` sequence scores. skip_special_tokens: drop the tokenizer's special tokens (eos, chat markers)
     from the text; kept by default, so the validation log shows what the model emitted.
@@ -43,7 +44,7 @@ def decode_samples(
     tensors = batch.batch
     response_len = tensors["responses"].shape[1]
     prompt_mask = tensors["attention_mask"][:, :-response_len].bool()
-    response_mask = tensors["response_mask"].bool()
+    response_mask = tensors["attention_mask"][:, -response_len:].bool()
     samples = []
     for row in range(min(limit, len(batch))):
         prompt_ids = tensors["input_ids"][row, :-response_len][prompt_mask[row]].tolist()
