@@ -17,6 +17,9 @@ ROLLOUT_MODES = ("colocate", "server")
 VERL_MODE_ALIASES = {"sync": "colocate", "async": "server", "hybrid": "colocate"}
 PAUSE_MODES = ("abort", "keep")
 WEIGHT_TRANSFERS = ("auto", "gloo", "ipc")
+TOOL_CALL_FORMATS = ("hermes",)
+TRUNCATE_SIDES = ("left", "middle", "right")
+SANITY_CHECK_MODES = ("strict", "ignore_strippable", "disable")
 
 
 def _check_sampling(prefix: str, temperature: float, top_p: float, top_k: int, n: int, do_sample: bool) -> None:
@@ -94,6 +97,112 @@ class RolloutServerConfig:
 
 
 @dataclass(frozen=True)
+class MultiTurnConfig:
+    """Multi-turn tool use (`actor_rollout_ref.rollout.multi_turn`, verl's keys; docs/agents.md).
+
+      enable: run agent loops (agent.default_agent_loop, or each row's `agent_name`) instead of one generate call.
+      tool_config_path: the tool config file (verl's format: a `tools:` list of class_name / config /
+        tool_schema); null: no tools.
+      max_assistant_turns / max_user_turns: most policy turns / tool turns per sample; null: until the policy
+        stops calling tools or the response budget (rollout.response_length, all turns together) runs out.
+      max_parallel_calls: most tool calls run per assistant turn (more are ignored).
+      max_tool_response_length: most characters of one tool reply the policy reads; longer ones are cut on
+        `tool_response_truncate_side` (left keeps the start, right the end, middle both ends).
+      format: the tool-call format the parser reads ("hermes": <tool_call>{json}</tool_call>).
+      tool_timeout_s: the longest one tool call may take; past it the sample is an infrastructure failure.
+      tokenization_sanity_check_mode: the start-up check that the chat template extends its own prefix
+        (strict refuses a template that does not; ignore_strippable forgives whitespace; disable skips it).
+      use_inference_chat_template / interaction_config_path / num_repeat_rollouts: verl's keys for templates that
+        rewrite history, simulated users and repeated rollouts; refused when set (not built here).
+    """
+
+    enable: bool = False
+    tool_config_path: str | None = None
+    max_assistant_turns: int | None = None
+    max_user_turns: int | None = None
+    max_parallel_calls: int = 1
+    max_tool_response_length: int = 256
+    tool_response_truncate_side: str = "middle"
+    format: str = "hermes"
+    tool_timeout_s: float = 30.0
+    tokenization_sanity_check_mode: str = "strict"
+    use_inference_chat_template: bool = False
+    interaction_config_path: str | None = None
+    num_repeat_rollouts: int | None = None
+
+    def __post_init__(self) -> None:
+        p = f"{_P}.multi_turn"
+        for name in ("max_assistant_turns", "max_user_turns"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{p}.{name}={value} must be >= 1, or null for no limit")
+        if self.max_parallel_calls < 1:
+            raise ConfigError(f"{p}.max_parallel_calls={self.max_parallel_calls} must be >= 1")
+        if self.max_tool_response_length < 1:
+            raise ConfigError(f"{p}.max_tool_response_length={self.max_tool_response_length} must be >= 1")
+        if self.tool_response_truncate_side not in TRUNCATE_SIDES:
+            raise ConfigError(f"{p}.tool_response_truncate_side={self.tool_response_truncate_side!r} is not one of "
+                              f"{TRUNCATE_SIDES}")
+        if self.format not in TOOL_CALL_FORMATS:
+            raise ConfigError(f"{p}.format={self.format!r} has no tool-call parser here; use one of "
+                              f"{TOOL_CALL_FORMATS}")
+        if not self.tool_timeout_s > 0:
+            raise ConfigError(f"{p}.tool_timeout_s={self.tool_timeout_s} must be > 0")
+        if self.tokenization_sanity_check_mode not in SANITY_CHECK_MODES:
+            raise ConfigError(f"{p}.tokenization_sanity_check_mode={self.tokenization_sanity_check_mode!r} is not "
+                              f"one of {SANITY_CHECK_MODES}")
+        if self.use_inference_chat_template:
+            raise ConfigError(
+                f"{p}.use_inference_chat_template=true is not supported: every turn is built from the ids the "
+                "policy sampled (nothing is re-tokenised), and a template that rewrites history is refused at "
+                "start-up; set it to false")
+        if self.interaction_config_path is not None:
+            raise ConfigError(f"{p}.interaction_config_path: interactions (simulated users) are not built; write "
+                              "the user's side as an AgentLoopBase subclass (docs/agents.md) and unset the key")
+        if self.num_repeat_rollouts is not None:
+            raise ConfigError(f"{p}.num_repeat_rollouts is not supported; use {_P}.n samples per prompt")
+
+
+@dataclass(frozen=True)
+class CustomAsyncServerConfig:
+    """verl's `agent.custom_async_server` (a user's server class); refused when set: the server seam is ours."""
+
+    path: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.path is not None or self.name is not None:
+            raise ConfigError(
+                f"{_P}.agent.custom_async_server is not supported: server mode runs vLLM servers "
+                f"(python -m verl_like.serve or your own vllm serve at {_P}.server.address); a custom engine plugs "
+                "in as an ActorRolloutWorker subclass (docs/faq.md)")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Agent loops (`actor_rollout_ref.rollout.agent`, verl's keys; docs/agents.md).
+
+      default_agent_loop: the loop of rows without an `agent_name` column ("single_turn_agent": one
+        generate call per sample, run as one batched call; "tool_agent": multi-turn tool use; or a name
+        registered with @register).
+      agent_loop_config_path: a YAML list of {name, _target_: module.Class, ...keywords} registering more loops.
+      num_workers: verl's count of agent-loop worker processes. Here loops run as asyncio tasks in the process
+        that owns the engine (each colocated worker, or the driver in server mode), so the value is accepted for
+        verl's scripts and does not change anything.
+      custom_async_server: refused when set.
+    """
+
+    num_workers: int = 8
+    default_agent_loop: str = "single_turn_agent"
+    agent_loop_config_path: str | None = None
+    custom_async_server: CustomAsyncServerConfig = field(default_factory=CustomAsyncServerConfig)
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1:
+            raise ConfigError(f"{_P}.agent.num_workers={self.num_workers} must be >= 1")
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     """How the rollout engine is built and samples (`actor_rollout_ref.rollout`).
 
@@ -145,6 +254,9 @@ class RolloutConfig:
         layouts the slice plan does not know).
       weight_sync_timeout_s: timeout of every collective of a sync; a rank that does not arrive raises an
         error naming it.
+
+    Agent loops (docs/agents.md)
+      multi_turn: MultiTurnConfig. agent: AgentConfig.
     """
 
     mode: str = "colocate"
@@ -176,6 +288,8 @@ class RolloutConfig:
     update_weights_bucket_megabytes: int = 512
     weight_sync_mode: str = "sliced"
     weight_sync_timeout_s: float = 600.0
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", VERL_MODE_ALIASES.get(self.mode, self.mode))
@@ -240,3 +354,11 @@ class RolloutConfig:
     def bucket_bytes(self) -> int:
         """update_weights_bucket_megabytes in bytes."""
         return self.update_weights_bucket_megabytes << 20
+
+
+def uses_agent_loops(rollout: RolloutConfig) -> bool:
+    """True when rollouts run through agent loops for every row: multi-turn on, or a default loop other than the
+    single-turn one, or extra loops registered (rows may also ask for a loop with an `agent_name` column)."""
+    agent = rollout.agent
+    return (rollout.multi_turn.enable or agent.default_agent_loop != "single_turn_agent"
+            or agent.agent_loop_config_path is not None)

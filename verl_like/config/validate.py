@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from verl_like.config.agents import check_agent_loops
 from verl_like.config.data import is_synthetic
 from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
@@ -46,6 +47,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     check_server_placement(config)
     check_weight_transfer(config)
     _check_async(config)
+    check_agent_loops(config, check_paths)
     config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
     if check_paths:
         _check_paths(config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from verl_like.config.ppo import PPOConfig
+from verl_like.config.rollout import uses_agent_loops
 from verl_like.protocol import DataProto
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
@@ -41,7 +43,11 @@ def resolve_model_path(config: PPOConfig) -> str:
     train = config.data.train_files
     first = train if isinstance(train, str) else train[0]
     task = parse_synthetic_spec(first)[0] if first.startswith(SYNTHETIC_PREFIX) else WarmStartSpec().task
-    spec = WarmStartSpec(model=tiny_model_spec(model), task=task)
+    from verl_like.data.synthetic import get_task
+
+    # A task names the tokenizer its model needs (tool tasks: JSON characters and the tool-call tags).
+    tiny = dataclasses.replace(tiny_model_spec(model), tokenizer=get_task(task).tokenizer)
+    spec = WarmStartSpec(model=tiny, task=task)
     return str(build_warmstart_model(cache_dir() / "models", spec))
 
 
@@ -174,6 +180,20 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
     return handle
 
 
+def _start_agent_loops(config: PPOConfig, rollout: Any, actor_rollout: RoleHandle, tokenizer: Any) -> None:
+    """Rollouts through agent loops (docs/agents.md): in each colocated worker on its engine, or on the driver
+    against the servers."""
+    from verl_like.experimental.agent_loop.runner import AgentLoopRunner, agent_config_dict, registry_snapshot
+
+    plain = agent_config_dict(config)
+    if isinstance(rollout, ServerModeRollout):
+        from omegaconf import OmegaConf
+
+        rollout.start_agent_loops(AgentLoopRunner(OmegaConf.create(plain), tokenizer))
+    else:
+        actor_rollout.configure_agent_loops(plain, registry_snapshot())
+
+
 def build_components(
     config: PPOConfig,
     actor_rollout_worker: type | None = None,
@@ -206,6 +226,12 @@ def build_components(
     tokenizer = AutoTokenizer.from_pretrained(
         model.tokenizer_path or model_path, trust_remote_code=model.trust_remote_code
     )
+    agents = uses_agent_loops(config.actor_rollout_ref.rollout)
+    if agents:  # before any worker starts: a template that rewrites history would corrupt every trajectory
+        from verl_like.experimental.agent_loop.engine_rollout import check_chat_template
+        from verl_like.experimental.agent_loop.runner import agent_config_view
+
+        check_chat_template(tokenizer, agent_config_view(config))
     if derived.use_reward_model:  # before any worker starts
         rm_model = config.reward_model.model
         check_same_tokenizer(tokenizer, rm_model.path, trust_remote_code=rm_model.trust_remote_code)
@@ -342,6 +368,8 @@ def build_components(
         else:
             startup.update(slowest_rank(pending.result()))
             rollout = ColocatedRollout(actor_rollout)
+        if agents:
+            _start_agent_loops(config, rollout, actor_rollout, tokenizer)
         for role in (critic, reward_model, teacher):
             if role is not None:
                 role.init_model()

@@ -47,6 +47,7 @@ from verl_like.config.actor import ActorConfig
 from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.rollout import RolloutConfig
 from verl_like.config.topology import RoleTopology, Topology, actor_group_topology
+from verl_like.experimental.agent_loop.engine_rollout import engine_agent_rollout, rows_use_agent_loops
 from verl_like.engine.base import TrainEngine
 from verl_like.engine.factory import build_engine
 from verl_like.engine.from_config import actor_engine_config, reference_engine_config
@@ -132,6 +133,7 @@ class ActorRolloutWorker(Worker):
         self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
         self._synced_step: int | None = None  # the actor step whose weights the rollout engine holds
         self._weights_discarded = False  # the engine's last sleep threw its weights away (sleep_discards_weights)
+        self._agent_runner: Any = None  # configure_agent_loops: rollouts run through agent loops
 
     # ----- overridable hooks -----
 
@@ -276,7 +278,10 @@ class ActorRolloutWorker(Worker):
         metrics = self._wake_rollout()
         start = time.perf_counter()
         try:
-            if self.rollout is None:
+            if rows_use_agent_loops(self._agent_runner, prompts):
+                out = engine_agent_rollout(self._agent_runner, self.rollout, prompts, sampling,
+                                           self.rollout_config.engine_max_model_len, self._synced_step or 0)
+            elif self.rollout is None:
                 out = self._generate_from_text(prompts, sampling)
             else:
                 out = self.rollout.generate(prompts, sampling)
@@ -286,6 +291,16 @@ class ActorRolloutWorker(Worker):
         out.meta_info["temperature"] = sampling.log_prob_temperature
         out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **metrics}
         return out
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
+    def configure_agent_loops(self, config: dict[str, Any], registry: dict[str, dict[str, Any]]) -> None:
+        """Runs this rank's rollouts through agent loops from now on (docs/agents.md): `config` is the run's whole
+        config as plain containers (what the loops read as `self.config`), `registry` the driver's loop names."""
+        from omegaconf import OmegaConf
+
+        from verl_like.experimental.agent_loop.runner import AgentLoopRunner
+
+        self._agent_runner = AgentLoopRunner(OmegaConf.create(config), self.tokenizer, registry=registry)
 
     @register(dispatch=Dispatch.DP_MESH, mesh="actor")
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -482,7 +497,7 @@ class ActorRolloutWorker(Worker):
             stats = self.transport.send(version=actor.engine.global_step)
         self._synced_step = actor.engine.global_step
         self._weights_discarded = False
-        return stats.metrics()
+        return {**stats.metrics(), "weight_sync/version": float(self._synced_step)}
 
     def _wake_rollout(self) -> dict[str, float]:
         """Wakes the engine for generation; weight_sync/* metrics when its weights had to be loaded again."""
