@@ -44,6 +44,8 @@ class SyntheticTask:
     ability: str
     description: str
     flaw: str
+    tokenizer: str = "chars"  # the tiny tokenizer its model needs (verl_like/models/tiny.py)
+    answer_prefix: str | None = None  # scored on the text after the last prefix (multi-turn), else the whole text
 
 
 def _digits(rng: random.Random, low: int, high: int) -> str:
@@ -66,6 +68,19 @@ def _sort(rng: random.Random) -> tuple[str, str, str]:
     return f"sort {digits}", "".join(sorted(digits)), "".join(sorted(digits, reverse=True))
 
 
+def _calc(rng: random.Random) -> tuple[str, str, str]:
+    a, b = rng.randint(100, 999), rng.randint(10, 99)
+    # A guess of the right size with one digit wrong: what answering without the tool looks like.
+    exact = str(a * b)
+    place = rng.randrange(len(exact))
+    wrong = str((int(exact[place]) + rng.randint(1, 9)) % 10)
+    if place == 0 and wrong == "0":
+        wrong = "1" if exact[0] != "1" else "2"
+    return f"calc {a}*{b}", exact, exact[:place] + wrong + exact[place + 1:]
+
+
+CALC_TOOL = "calculator"
+
 TASKS: dict[str, SyntheticTask] = {
     task.name: task
     for task in (
@@ -75,6 +90,10 @@ TASKS: dict[str, SyntheticTask] = {
                       "copies the digits unchanged ('reverse 4821' -> '4821')"),
         SyntheticTask("sort", _sort, "string", "3 to 6 digits in ascending order, 'sort 4021' -> '0124'",
                       "sorts in descending order ('sort 4021' -> '4210')"),
+        SyntheticTask("calc", _calc, "tool", "a 3-digit times a 2-digit number, 'calc 347*29' -> 'answer: 10063', "
+                      "which the tiny model can only get right by calling the calculator tool",
+                      "answers without the tool, one digit wrong ('answer: 10963')", tokenizer="tools",
+                      answer_prefix="answer:"),
     )
 }
 DEFAULT_TASK = "sort"

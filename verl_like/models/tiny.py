@@ -61,6 +61,25 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
 
+# The "tools" tokenizer (tiny tool-calling models, `synthetic:calc`): JSON's characters, Qwen's tool-call tags as
+# single tokens, and a template whose tool turns are user turns wrapped in <tool_response> (as Qwen2.5 renders them).
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+TOOLS_ALPHABET = ALPHABET + '{}"_[]'
+TOOLS_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'tool' %}"
+    "{{ '<|user|><tool_response>' + message['content'] + '</tool_response>' + eos_token }}"
+    "{% elif message['role'] in ['system', 'user', 'assistant'] %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + eos_token }}"
+    "{% else %}"
+    "{{ raise_exception('role must be system, user, assistant or tool, got ' + message['role']) }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+TOKENIZERS = ("chars", "tools")
+
 _SPEC_FILE = "verl_like_tiny_spec.json"
 # vLLM's CPU attention kernel refuses other head sizes ("Unsupported CPU attention configuration: head_dim=16").
 _VLLM_CPU_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256})
@@ -79,8 +98,11 @@ class TinyModelSpec:
     tie_word_embeddings: bool = False
     torch_dtype: str = "float32"
     seed: int = 0
+    tokenizer: str = "chars"  # "chars" (the default job's) or "tools" (adds JSON characters and tool-call tags)
 
     def __post_init__(self) -> None:
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"tokenizer={self.tokenizer!r}; use one of {TOKENIZERS}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
@@ -101,11 +123,14 @@ class TinyModelSpec:
 
     def spec_hash(self) -> str:
         """Stable hash of the spec and the tokenizer layout (a change in either invalidates a built folder)."""
-        payload = json.dumps(
-            {"spec": dataclasses.asdict(self), "alphabet": ALPHABET, "special": SPECIAL_TOKENS,
-             "chat_template": CHAT_TEMPLATE},
-            sort_keys=True,
-        )
+        spec = dataclasses.asdict(self)
+        layout = {"alphabet": ALPHABET, "special": SPECIAL_TOKENS, "chat_template": CHAT_TEMPLATE}
+        if self.tokenizer == "chars":
+            del spec["tokenizer"]  # folders built before the field existed stay valid
+        else:
+            layout = {"alphabet": TOOLS_ALPHABET, "special": SPECIAL_TOKENS + TOOL_TOKENS,
+                      "chat_template": TOOLS_CHAT_TEMPLATE}
+        payload = json.dumps({"spec": spec, **layout}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -114,13 +139,17 @@ def _byte_level_symbol(char: str) -> str:
     return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(char)[0][0]
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(kind: str = "chars") -> PreTrainedTokenizerFast:
     """Character-level tokenizer over `ALPHABET` plus `SPECIAL_TOKENS`, with a system/user/assistant chat template.
 
     Ids: <pad>=0, <bos>=1, <eos>=2, <unk>=3, role tokens 4..6, then the characters in `ALPHABET` order.
+    kind="tools": the tool-call tags (`TOOL_TOKENS`) follow the role tokens, the characters are `TOOLS_ALPHABET`,
+    and the template renders tool turns (`TOOLS_CHAT_TEMPLATE`).
     """
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    for char in ALPHABET:
+    tools = kind == "tools"
+    special = SPECIAL_TOKENS + (TOOL_TOKENS if tools else ())
+    vocab = {token: i for i, token in enumerate(special)}
+    for char in TOOLS_ALPHABET if tools else ALPHABET:
         vocab[_byte_level_symbol(char)] = len(vocab)
     backend = Tokenizer(
         BPE(vocab=vocab, merges=[], dropout=None, unk_token=None, continuing_subword_prefix="",
@@ -140,19 +169,22 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,
         unk_token=UNK_TOKEN,
-        extra_special_tokens=list(ROLE_TOKENS),
+        extra_special_tokens=list(ROLE_TOKENS) + (list(TOOL_TOKENS) if tools else []),
         padding_side="left",
         model_max_length=TinyModelSpec.max_position_embeddings,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=TOOLS_CHAT_TEMPLATE if tools else CHAT_TEMPLATE,
     )
     return tokenizer
 
 
-def check_encodable(text: str) -> None:
+def check_encodable(text: str, kind: str = "chars") -> None:
     """Raise ValueError naming the characters of `text` the tiny tokenizer cannot encode (it would drop them)."""
-    bad = sorted(set(text) - set(ALPHABET))
+    alphabet = TOOLS_ALPHABET if kind == "tools" else ALPHABET
+    for tag in TOOL_TOKENS if kind == "tools" else ():
+        text = text.replace(tag, "")
+    bad = sorted(set(text) - set(alphabet))
     if bad:
-        raise ValueError(f"characters {bad} are not in the tiny tokenizer's alphabet {ALPHABET!r}; remove them")
+        raise ValueError(f"characters {bad} are not in the tiny tokenizer's alphabet {alphabet!r}; remove them")
 
 
 def _model_config(spec: TinyModelSpec, tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
@@ -213,7 +245,7 @@ def _build(out_dir: str | os.PathLike, spec: TinyModelSpec, classifier: bool) ->
             )
         logger.info("rebuilding tiny model in %s: its spec changed", out_dir)
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(spec.tokenizer)
     config = _model_config(spec, tokenizer)
     torch.manual_seed(spec.seed)
     if classifier:

@@ -181,7 +181,13 @@ def build_warmstart_model(cache_dir: str | os.PathLike, spec: WarmStartSpec = Wa
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
         rows = generate_split(spec.task, "sft", spec.sft_examples, spec.seed)
         answers = demonstrations(rows, spec.demo_accuracy, spec.seed)
-        input_ids, attention_mask, loss_mask = sft_tensors(tokenizer, rows, answers)
+        if get_task(spec.task).tokenizer == "tools":  # multi-turn demonstrations: correct ones call the tool
+            from verl_like.models.tool_demos import tool_sft_tensors
+
+            use_tool = [a == r["reward_model"]["ground_truth"] for a, r in zip(answers, rows)]
+            input_ids, attention_mask, loss_mask = tool_sft_tensors(tokenizer, rows, use_tool)
+        else:
+            input_ids, attention_mask, loss_mask = sft_tensors(tokenizer, rows, answers)
         losses = supervised_finetune(model, input_ids, attention_mask, loss_mask, spec)
         final = staging / "model"
         model.to(getattr(torch, spec.model.torch_dtype)).save_pretrained(final, safe_serialization=True)

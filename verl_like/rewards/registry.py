@@ -6,6 +6,7 @@ Scorers take `(solution_str, ground_truth)` and return a float. Register another
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from verl_like.rewards import gsm8k, math, synthetic
@@ -36,7 +37,12 @@ register_scorer(
 def _register_synthetic() -> None:
     from verl_like.data.synthetic import TASKS, data_source_of
 
-    register_scorer(*(data_source_of(task) for task in TASKS))(synthetic.compute_score)
+    register_scorer(*(data_source_of(name) for name, task in TASKS.items() if task.answer_prefix is None))(
+        synthetic.compute_score)
+    for name, task in TASKS.items():
+        if task.answer_prefix is not None:
+            register_scorer(data_source_of(name))(functools.partial(synthetic.compute_answer_score,
+                                                                    prefix=task.answer_prefix))
 
 
 _register_synthetic()

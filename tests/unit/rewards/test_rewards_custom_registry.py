@@ -62,8 +62,13 @@ def test_registry_routes_by_data_source():
     assert default_compute_score("openai/gsm8k", "12", "12") == 0.0
     assert default_compute_score("lighteval/MATH", r"\boxed{\frac{2}{4}}", "0.5") == 1.0
     assert default_compute_score("DigitalLearningGmbH/MATH-lighteval", r"\boxed{3}", "4") == 0.0
-    for task in TASKS:
-        assert default_compute_score(data_source_of(task), "85", "85", {"split": "test"}) == 1.0
+    for name, task in TASKS.items():
+        if task.answer_prefix is None:
+            assert default_compute_score(data_source_of(name), "85", "85", {"split": "test"}) == 1.0
+        else:  # multi-turn tasks score the text after the last answer prefix (tool replies come before it)
+            text = f"{{...}}84{task.answer_prefix} 85"
+            assert default_compute_score(data_source_of(name), text, "85", {"split": "test"}) == 1.0
+            assert default_compute_score(data_source_of(name), "85", "85", {"split": "test"}) == 0.0
 
 
 def test_unknown_data_source():
