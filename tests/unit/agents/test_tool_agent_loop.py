@@ -66,6 +66,7 @@ def runner(tmp_path):
     config = load_config([
         "actor_rollout_ref.rollout.multi_turn.enable=true", f"actor_rollout_ref.rollout.multi_turn.tool_config_path={path}",
         "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", f"data.max_response_length={W}",
+        "data.return_raw_chat=true",
         "data.max_prompt_length=32", "actor_rollout_ref.rollout.multi_turn.tool_timeout_s=0.5",
         "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=64",
         "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=left",
