@@ -84,7 +84,8 @@ def verl_overrides(overrides: Sequence[str]) -> list[str]:
     translated, notes = translate_overrides(overrides)
     for note in notes:
         logger.info("verl key: %s", note)
-    layer = verl_default_layer(translated, cuda=is_cuda_available())
+    device = _last_value(translated, "trainer.device")
+    layer = verl_default_layer(translated, cuda=device == "cuda" or (device in (None, "auto") and is_cuda_available()))
     if layer:
         logger.warning(
             "this command names its own data/model: keys it leaves unset take verl's defaults (%s: estimator gae, "
@@ -92,6 +93,12 @@ def verl_overrides(overrides: Sequence[str]) -> list[str]:
             "+trainer=default_task to build on the demo instead", ", ".join(layer),
         )
     return [*layer, *translated]
+
+
+def _last_value(overrides: Sequence[str], key: str) -> str | None:
+    """The value the last `key=value` of `overrides` sets (quotes stripped), else None."""
+    values = [o.partition("=")[2].strip("'\"") for o in overrides if o.lstrip("+").partition("=")[0] == key]
+    return values[-1] if values else None
 
 
 def _missing_preset_error(err: MissingConfigException, overrides: Sequence[str], folder: Path) -> ConfigError:
