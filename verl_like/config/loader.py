@@ -127,6 +127,17 @@ def _composition_error(err: HydraException) -> ConfigError:
     return ConfigError(f"could not compose the config: {err}")
 
 
+def resolve_auto_device(cfg: DictConfig) -> DictConfig:
+    """`cfg` with trainer.device=auto replaced by the device it means here (cuda when torch sees a usable GPU,
+    else cpu), once, before any check reads it (use_fused_kernels, the preflight's GPU count)."""
+    if OmegaConf.select(cfg, "trainer.device") == "auto":
+        from verl_like.utils.device import resolve_device
+
+        cfg.trainer.device = resolve_device("auto")
+        logger.info("trainer.device=auto: %s here", cfg.trainer.device)
+    return cfg
+
+
 def to_typed(cfg: DictConfig | Mapping[str, Any]) -> PPOConfig:
     """The frozen PPOConfig of a composed config (interpolations resolved).
 
@@ -151,7 +162,7 @@ def load_config(
 ) -> PPOConfig:
     """compose_config + to_typed + validate: the validated PPOConfig of `overrides`. With check_paths, HF hub ids
     given as model paths are resolved to their snapshot in the HF cache first (verl_like/utils/hub.py)."""
-    config = to_typed(compose_config(overrides, config_dir))
+    config = to_typed(resolve_auto_device(compose_config(overrides, config_dir)))
     if check_paths:
         from verl_like.utils.hub import resolve_hub_models
 
