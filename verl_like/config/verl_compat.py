@@ -1,13 +1,19 @@
 """verl's command lines as they are: the keys and value forms verl accepts, translated before Hydra composes.
 
-`translate_overrides(overrides)` returns the overrides verl_like composes, and notes to log:
-- `trainer.logger=console` (a string) becomes the list `[console]`;
+`translate_overrides(overrides)` returns the overrides verl_like composes, and notes to log (the dry run prints
+them); every refusal of one command line is raised at once, in one ConfigError:
+- verl's Hydra flags: `--config-name=ppo_megatron_trainer` sets the megatron strategy of the actor and critic,
+  `--config-path` is dropped; Megatron keys without a megatron strategy are refused (they would be unused);
+- `trainer.logger=console` (a string) becomes the list `[console]`; `+key=` of a key verl_like has reads as `++key=`;
 - `trainer.default_hdfs_dir=null` is dropped; a path is refused (no HDFS copy here);
 - `*.optim.warmup_style` (deprecated in verl) becomes `*.optim.lr_scheduler_type`;
 - deprecated global micro-batch keys (`ppo_micro_batch_size`, `log_prob_micro_batch_size`, ...) are refused with
   the `_per_gpu` key to set instead (null is dropped);
 - performance keys are taken where they mean what runs and refused otherwise, each with its reason
-  (PERFORMANCE_KEYS below).
+  (PERFORMANCE_KEYS below);
+- the keys of verl_like/config/verl_keys.py: renamed to ours, taken and ignored with their reason, or refused;
+- DAPO's `data.gen_batch_size` scales `algorithm.filter_groups.max_num_gen_batches`, and its
+  `reward_kwargs.max_resp_len` must equal `data.max_response_length`.
 
 `verl_default_layer(overrides)`: when a command names data or a model and no preset, the keys it leaves unset take
 verl's documented defaults (configs/trainer/verl.yaml, plus bf16 on a GPU) instead of the embedded CPU toy job's.
