@@ -91,8 +91,10 @@ def cpu_batch_budget(args: Sequence[str]) -> list[str]:
     model_len = _flag(args, "--max-model-len")
     if model_len is None:
         return []
+    from verl_like.rollout.vllm_compat import no_split_token_budget
+
     seqs = int(_flag(args, "--max-num-seqs") or 256)
-    return ["--max-num-batched-tokens", str(max(seqs * int(model_len), 8192))]
+    return ["--max-num-batched-tokens", str(no_split_token_budget(seqs, int(model_len)))]
 
 
 def vllm_server_args(

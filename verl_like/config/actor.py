@@ -123,9 +123,9 @@ class FSDPConfig:
 
 
 # FSDP-only settings and the value that means "off"; with strategy=megatron any other value is refused.
+# (param_offload and optimizer_offload are the role's offload switches: the megatron engine honours them too,
+# moving parameters / optimizer state to CPU between phases; verl names them megatron.param_offload etc.)
 _FSDP_ONLY_OPTIONS = {
-    "fsdp_config.param_offload": False,
-    "fsdp_config.optimizer_offload": False,
     "fsdp_config.offload_policy": False,
     "fsdp_config.reshard_after_forward": True,
 }
@@ -135,7 +135,7 @@ def check_megatron_options(p: str, fsdp: FSDPConfig, use_remove_padding: bool,
                            gradient_checkpointing: bool = False) -> None:
     """Refuses, naming `p`.<key>, a setting of a role trained with strategy=megatron that its engine would ignore.
 
-    Refused: offloading and reshard_after_forward (FSDP's), use_remove_padding (the megatron engine runs padded
+    Refused: offload_policy and reshard_after_forward (FSDP's), use_remove_padding (the megatron engine runs padded
     micro-batches), gradient checkpointing (Megatron's recompute is not wired), and bf16 storage or gradient
     reduction (float32 master weights; `param_dtype: bfloat16` computes in bf16 through Megatron's mixed-precision
     optimizer, CUDA only).
@@ -156,8 +156,6 @@ def check_megatron_options(p: str, fsdp: FSDPConfig, use_remove_padding: bool,
             "critic.model.enable_gradient_checkpointing=false) or use strategy=fsdp2"
         )
     values = {
-        "fsdp_config.param_offload": fsdp.param_offload,
-        "fsdp_config.optimizer_offload": fsdp.optimizer_offload,
         "fsdp_config.offload_policy": fsdp.offload_policy,
         "fsdp_config.reshard_after_forward": fsdp.reshard_after_forward,
     }

@@ -64,10 +64,12 @@ class DerivedSizes:
 
 
 def _mini_batch_split(
-    node: str, mini_batch: int, micro_batch: int | None, dynamic: bool, n: int, dp_size: int, train_batch: int
+    node: str, mini_batch: int, micro_batch: int | None, dynamic: bool, n: int, dp_size: int, train_batch: int,
+    workers: str = "the role's workers",
 ) -> tuple[int, int, int | None]:
     """(samples per mini-batch, samples per DP rank, micro-batches per DP rank) of one PPO update node, or
-    ConfigError; dp_size: the role's data-parallel size (its world with fsdp2, world / (TP * PP) with megatron)."""
+    ConfigError; dp_size: the role's data-parallel size (its world with fsdp2, world / (TP * PP) with megatron);
+    workers: the keys that set the role's workers, as the user wrote them (named in the error)."""
     if mini_batch > train_batch:
         raise ConfigError(
             f"{node}.ppo_mini_batch_size={mini_batch} is larger than data.train_batch_size={train_batch} (both count "
@@ -83,8 +85,9 @@ def _mini_batch_split(
     if samples % dp_size:
         raise ConfigError(
             f"{node}.ppo_mini_batch_size={mini_batch} prompts x actor_rollout_ref.rollout.n={n} = {samples} samples "
-            f"is not divisible by the data-parallel size {dp_size} (the role's workers / ({node}.megatron's "
-            f"tensor x pipeline sizes with strategy=megatron)); make ppo_mini_batch_size * n a multiple of {dp_size}"
+            f"is not divisible by the data-parallel size {dp_size} ({workers} / ({node}.megatron's "
+            f"tensor x pipeline sizes with strategy=megatron)); make ppo_mini_batch_size * n a multiple of {dp_size}, "
+            "or change the workers"
         )
     per_rank = samples // dp_size
     if dynamic:
@@ -120,6 +123,10 @@ def _server_count(pool: ResourcePoolConfig, tp: int) -> int:
     return pool.world_size // tp
 
 
+def _workers(node: str, nnodes: int, per_node: int) -> str:
+    return f"{node}.nnodes={nnodes} x {node}.n_gpus_per_node={per_node} workers"
+
+
 def derive_sizes(config: PPOConfig) -> DerivedSizes:
     """The DerivedSizes of `config`; ConfigError naming the keys when the global sizes do not split evenly."""
     trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
@@ -135,7 +142,7 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
     n, train_batch = rollout.n, config.data.train_batch_size
     samples, per_rank, micro = _mini_batch_split(
         actor.PREFIX, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu, actor.use_dynamic_bsz, n,
-        topology.actor.dp_size, train_batch,
+        topology.actor.dp_size, train_batch, _workers("trainer", trainer.nnodes, trainer.n_gpus_per_node),
     )
     critic_sizes: tuple[int | None, int | None, int | None] = (None, None, None)
     if topology.critic is not None:
@@ -143,6 +150,8 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
         critic_sizes = _mini_batch_split(
             critic.PREFIX, critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu, critic.use_dynamic_bsz,
             n, topology.critic.dp_size, train_batch,
+            _workers("critic_pool", config.critic_pool.nnodes, config.critic_pool.n_gpus_per_node)
+            if config.critic_pool.world_size else _workers("trainer", trainer.nnodes, trainer.n_gpus_per_node),
         )
     return DerivedSizes(
         world_size=world,

@@ -84,7 +84,8 @@ def verl_overrides(overrides: Sequence[str]) -> list[str]:
     translated, notes = translate_overrides(overrides)
     for note in notes:
         logger.info("verl key: %s", note)
-    layer = verl_default_layer(translated, cuda=is_cuda_available())
+    device = _last_value(translated, "trainer.device")
+    layer = verl_default_layer(translated, cuda=device == "cuda" or (device in (None, "auto") and is_cuda_available()))
     if layer:
         logger.warning(
             "this command names its own data/model: keys it leaves unset take verl's defaults (%s: estimator gae, "
@@ -92,6 +93,12 @@ def verl_overrides(overrides: Sequence[str]) -> list[str]:
             "+trainer=default_task to build on the demo instead", ", ".join(layer),
         )
     return [*layer, *translated]
+
+
+def _last_value(overrides: Sequence[str], key: str) -> str | None:
+    """The value the last `key=value` of `overrides` sets (quotes stripped), else None."""
+    values = [o.partition("=")[2].strip("'\"") for o in overrides if o.lstrip("+").partition("=")[0] == key]
+    return values[-1] if values else None
 
 
 def _missing_preset_error(err: MissingConfigException, overrides: Sequence[str], folder: Path) -> ConfigError:
@@ -120,6 +127,17 @@ def _composition_error(err: HydraException) -> ConfigError:
     return ConfigError(f"could not compose the config: {err}")
 
 
+def resolve_auto_device(cfg: DictConfig) -> DictConfig:
+    """`cfg` with trainer.device=auto replaced by the device it means here (cuda when torch sees a usable GPU,
+    else cpu), once, before any check reads it (use_fused_kernels, the preflight's GPU count)."""
+    if OmegaConf.select(cfg, "trainer.device") == "auto":
+        from verl_like.utils.device import resolve_device
+
+        cfg.trainer.device = resolve_device("auto")
+        logger.info("trainer.device=auto: %s here", cfg.trainer.device)
+    return cfg
+
+
 def to_typed(cfg: DictConfig | Mapping[str, Any]) -> PPOConfig:
     """The frozen PPOConfig of a composed config (interpolations resolved).
 
@@ -144,7 +162,7 @@ def load_config(
 ) -> PPOConfig:
     """compose_config + to_typed + validate: the validated PPOConfig of `overrides`. With check_paths, HF hub ids
     given as model paths are resolved to their snapshot in the HF cache first (verl_like/utils/hub.py)."""
-    config = to_typed(compose_config(overrides, config_dir))
+    config = to_typed(resolve_auto_device(compose_config(overrides, config_dir)))
     if check_paths:
         from verl_like.utils.hub import resolve_hub_models
 

@@ -1,13 +1,19 @@
 """verl's command lines as they are: the keys and value forms verl accepts, translated before Hydra composes.
 
-`translate_overrides(overrides)` returns the overrides verl_like composes, and notes to log:
-- `trainer.logger=console` (a string) becomes the list `[console]`;
+`translate_overrides(overrides)` returns the overrides verl_like composes, and notes to log (the dry run prints
+them); every refusal of one command line is raised at once, in one ConfigError:
+- verl's Hydra flags: `--config-name=ppo_megatron_trainer` sets the megatron strategy of the actor and critic,
+  `--config-path` is dropped; Megatron keys without a megatron strategy are refused (they would be unused);
+- `trainer.logger=console` (a string) becomes the list `[console]`; `+key=` of a key verl_like has reads as `++key=`;
 - `trainer.default_hdfs_dir=null` is dropped; a path is refused (no HDFS copy here);
 - `*.optim.warmup_style` (deprecated in verl) becomes `*.optim.lr_scheduler_type`;
 - deprecated global micro-batch keys (`ppo_micro_batch_size`, `log_prob_micro_batch_size`, ...) are refused with
   the `_per_gpu` key to set instead (null is dropped);
 - performance keys are taken where they mean what runs and refused otherwise, each with its reason
-  (PERFORMANCE_KEYS below).
+  (PERFORMANCE_KEYS below);
+- the keys of verl_like/config/verl_keys.py: renamed to ours, taken and ignored with their reason, or refused;
+- DAPO's `data.gen_batch_size` scales `algorithm.filter_groups.max_num_gen_batches`, and its
+  `reward_kwargs.max_resp_len` must equal `data.max_response_length`.
 
 `verl_default_layer(overrides)`: when a command names data or a model and no preset, the keys it leaves unset take
 verl's documented defaults (configs/trainer/verl.yaml, plus bf16 on a GPU) instead of the embedded CPU toy job's.
@@ -16,6 +22,7 @@ verl's documented defaults (configs/trainer/verl.yaml, plus bf16 on a GPU) inste
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 from verl_like.config.errors import ConfigError
@@ -51,7 +58,8 @@ PERFORMANCE_KEYS = {
     "actor_rollout_ref.ref.use_torch_compile": (
         ("false", "False"), "the reference runs eagerly (torch.compile is not built); set it false or remove it"),
     "actor_rollout_ref.rollout.enable_chunked_prefill": (
-        ("true", "True"), "vLLM's V1 engine always chunks long prefills (verl's default, true); false cannot be honoured"),
+        None, "vLLM's V1 engine chunks long prefills (verl's default, true); where a prefill is split changes the "
+        "scheduling only, not the samples, so false is taken and ignored"),
     "actor_rollout_ref.rollout.max_num_batched_tokens": (
         (), "not wired to vLLM yet (vLLM's own token budget per step applies); remove the key"),
     "data.dataloader_num_workers": (
@@ -78,42 +86,182 @@ def _split(override: str) -> tuple[str, str, str] | None:
     return prefix, key.lstrip("+"), value
 
 
+MEGATRON_CONFIG = "ppo_megatron_trainer"
+# verl's Megatron entry point sets every trained role's strategy; the reference follows the actor's.
+MEGATRON_STRATEGIES = ("actor_rollout_ref.actor.strategy=megatron", "critic.strategy=megatron")
+_HYDRA_FLAGS = ("--config-path", "--config-name", "--config-dir", "-cp", "-cn")
+
+
+def _hydra_flags(overrides: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """`overrides` without Hydra's `--config-path/--config-name` flags (either `--flag=v` or `--flag v`), and them."""
+    rest: list[str] = []
+    flags: dict[str, str] = {}
+    args = list(overrides)
+    i = 0
+    while i < len(args):
+        name, sep, value = args[i].partition("=")
+        if name in _HYDRA_FLAGS:
+            if not sep and i + 1 < len(args):
+                value, i = args[i + 1], i + 1
+            flags[name.lstrip("-").replace("cp", "config-path").replace("cn", "config-name")] = value.strip("'\"")
+        else:
+            rest.append(args[i])
+        i += 1
+    return rest, flags
+
+
+def _config_name_layer(flags: dict[str, str], errors: list[str], notes: list[str]) -> list[str]:
+    """The overrides verl's `--config-name` stands for (its `--config-path` is verl's own folder: dropped)."""
+    if "config-path" in flags:
+        notes.append(f"--config-path={flags['config-path']}: verl's config folder; verl_like composes its own "
+                     "configs/ppo_trainer.yaml")
+    name = flags.get("config-name", "").removesuffix(".yaml")
+    if not name or name == "ppo_trainer":
+        return []
+    if name == MEGATRON_CONFIG:
+        notes.append(f"--config-name={MEGATRON_CONFIG}: read as {' '.join(MEGATRON_STRATEGIES)} (the reference "
+                     "follows the actor)")
+        return list(MEGATRON_STRATEGIES)
+    errors.append(f"--config-name={flags['config-name']}: verl_like has the PPO trainer's config only "
+                  f"(ppo_trainer, or {MEGATRON_CONFIG} for strategy=megatron); remove the flag or use one of them")
+    return []
+
+
+def _translate_one(prefix: str, key: str, value: str, out: list[str], notes: list[str]) -> None:
+    """Appends the verl_like form of one `key=value` to `out` (or nothing); raises ConfigError to refuse it."""
+    from verl_like.config import verl_keys
+
+    if key == "trainer.logger" and not value.startswith("["):
+        out.append(f"{prefix}trainer.logger=[{value}]")
+    elif key == "trainer.default_hdfs_dir":
+        if value not in _NULL:
+            raise ConfigError(
+                f"trainer.default_hdfs_dir={value}: checkpoints are not copied to HDFS; remove the key and set "
+                "trainer.default_local_dir to storage every node mounts"
+            )
+    elif key.endswith(".optim.warmup_style"):
+        new_key = key.replace("warmup_style", "lr_scheduler_type")
+        out.append(f"{prefix}{new_key}={value}")
+        notes.append(f"{key} is deprecated in verl; read as {new_key}={value}")
+    elif key in DEPRECATED_KEYS:
+        if value not in _NULL:
+            raise ConfigError(
+                f"{key}={value} is verl's deprecated global micro-batch size; set {DEPRECATED_KEYS[key]} (samples "
+                "per forward on one GPU/worker, e.g. its value divided by the number of workers) instead"
+            )
+    elif key in PERFORMANCE_KEYS:
+        taken, reason = PERFORMANCE_KEYS[key]
+        if taken is not None and value not in taken:
+            raise ConfigError(f"{key}={value} is not supported: {reason}")
+        notes.append(f"{key}={value}: {reason}")
+    elif value in verl_keys.RENAMED_VALUES.get(key, {}):
+        new_value = verl_keys.RENAMED_VALUES[key][value]
+        out.append(f"{prefix}{key}={new_value}")
+        notes.append(f"{key}={value}: verl's name; read as {key}={new_value}")
+    elif key in verl_keys.REFUSED_VALUES:
+        refused, reason, instead = verl_keys.REFUSED_VALUES[key]
+        if value in refused:
+            raise ConfigError(f"{key}={value} is not supported: {reason}; {instead}")
+        out.append(f"{prefix}{key}={value}")
+    elif (new_key := verl_keys.renamed(key)) is not None:
+        out.append(f"{new_key}={value}")
+        notes.append(f"{key}={value}: verl's name; read as {new_key}={value}")
+    elif (entry := verl_keys.taken_key(key)) is not None:
+        if entry.taken is not None and verl_keys.normalized(value) not in entry.taken:
+            raise ConfigError(f"{key}={value} is not supported: {entry.reason}; {entry.instead}")
+        notes.append(f"{key}={value}: ignored, {entry.reason}")
+    else:
+        # verl's scripts add with `+` keys verl lacks and verl_like has; `++` adds or overrides either way.
+        out.append(f"++{key}={value}" if prefix == "+" and key != "trainer" else f"{prefix}{key}={value}")
+
+
+def _check_together(pairs: dict[str, str], strategies: list[str], errors: list[str]) -> None:
+    """Checks between keys of the command line: Megatron keys need strategy=megatron; DAPO's reward_kwargs must
+    agree with the data lengths."""
+    strategy = {k.partition("=")[0]: k.partition("=")[2] for k in strategies}
+    strategy.update({k: v for k, v in pairs.items() if k.endswith(".strategy")})
+    for role, key in (("actor_rollout_ref.", "actor_rollout_ref.actor.strategy"), ("critic.", "critic.strategy")):
+        megatron = sorted(k for k in pairs if k.startswith(role) and ".megatron." in k)
+        if megatron and strategy.get(key) != "megatron":
+            errors.append(
+                f"{', '.join(megatron[:3])}{' ...' if len(megatron) > 3 else ''} set Megatron options but {key} is "
+                f"{strategy.get(key, 'fsdp2 (the default)')}, so they would be unused; add {key}=megatron (verl's "
+                f"--config-name={MEGATRON_CONFIG} does) or remove them"
+            )
+    max_resp = pairs.get("reward_model.reward_kwargs.max_resp_len")
+    if max_resp is not None and max_resp != pairs.get("data.max_response_length", max_resp):
+        errors.append(
+            f"reward_model.reward_kwargs.max_resp_len={max_resp} differs from data.max_response_length="
+            f"{pairs['data.max_response_length']}: the overlong penalty (reward_model.overlong_buffer) ends at "
+            "data.max_response_length; remove reward_kwargs.max_resp_len"
+        )
+
+
+def _gen_batch_rounds(pairs: dict[str, str], out: list[str], notes: list[str], errors: list[str]) -> None:
+    """DAPO's `data.gen_batch_size` (prompts per generation round) as verl_like's rounds of data.train_batch_size
+    prompts: max_num_gen_batches scaled so that a step may generate as many prompts as verl's would."""
+    gen, train = pairs.get("data.gen_batch_size"), pairs.get("data.train_batch_size")
+    if gen is None:
+        return
+    try:
+        gen_size, train_size = int(gen), int(train) if train is not None else None
+    except ValueError:
+        errors.append(f"data.gen_batch_size={gen} must be an integer number of prompts")
+        return
+    if train_size is None or gen_size < train_size:
+        errors.append(
+            f"data.gen_batch_size={gen}: each dynamic-sampling round here generates data.train_batch_size "
+            f"prompts ({train or 'unset'}); set data.train_batch_size, and gen_batch_size no smaller, or remove it"
+        )
+        return
+    rounds = int(pairs.get("algorithm.filter_groups.max_num_gen_batches", "10"))
+    scaled = max(1, math.ceil(rounds * gen_size / train_size))
+    out.append(f"algorithm.filter_groups.max_num_gen_batches={scaled}")
+    notes.append(
+        f"data.gen_batch_size={gen}: rounds here generate data.train_batch_size={train} prompts; "
+        f"algorithm.filter_groups.max_num_gen_batches={rounds} read as {scaled} (the same most prompts per step)"
+    )
+
+
 def translate_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """verl's forms of `overrides` in verl_like's keys, and one note per translation (see the module doc)."""
+    """verl's forms of `overrides` in verl_like's keys, and one note per translation (see the module doc).
+
+    Every refusal of the command line is reported at once: one ConfigError listing each."""
     out: list[str] = []
     notes: list[str] = []
+    errors: list[str] = []
+    overrides, flags = _hydra_flags(overrides)
+    strategies = _config_name_layer(flags, errors, notes)
+    pairs: dict[str, str] = {}
     for override in overrides:
+        if not override.strip():  # a shell line continuation followed by a comment passes a blank argument
+            continue
         parts = _split(override)
         if parts is None:
             out.append(override)
             continue
         prefix, key, value = parts
-        if key == "trainer.logger" and not value.startswith("["):
-            out.append(f"{prefix}trainer.logger=[{value}]")
-        elif key == "trainer.default_hdfs_dir":
-            if value not in _NULL:
-                raise ConfigError(
-                    f"trainer.default_hdfs_dir={value}: checkpoints are not copied to HDFS; remove the key and set "
-                    "trainer.default_local_dir to storage every node mounts"
-                )
-        elif key.endswith(".optim.warmup_style"):
-            new_key = key.replace("warmup_style", "lr_scheduler_type")
-            out.append(f"{prefix}{new_key}={value}")
-            notes.append(f"{key} is deprecated in verl; read as {new_key}={value}")
-        elif key in DEPRECATED_KEYS:
-            if value not in _NULL:
-                raise ConfigError(
-                    f"{key}={value} is verl's deprecated global micro-batch size; set {DEPRECATED_KEYS[key]} (samples "
-                    "per forward on one GPU/worker, e.g. its value divided by the number of workers) instead"
-                )
-        elif key in PERFORMANCE_KEYS:
-            taken, reason = PERFORMANCE_KEYS[key]
-            if taken is not None and value not in taken:
-                raise ConfigError(f"{key}={value} is not supported: {reason}")
-            notes.append(f"{key}={value}: {reason}")
-        else:
-            out.append(override)
-    return out, notes
+        pairs[key] = value
+        if key == "reward_model.reward_kwargs.max_resp_len":
+            notes.append(f"{key}={value}: checked against data.max_response_length, then dropped")
+            continue
+        if key == "data.gen_batch_size":
+            continue
+        try:
+            _translate_one(prefix, key, value, out, notes)
+        except ConfigError as err:
+            errors.append(str(err))
+    _check_together(pairs, strategies, errors)
+    if pairs.get("algorithm.filter_groups.metric") == "seq_final_reward" and \
+            pairs.get("algorithm.use_kl_in_reward") in verl_keys.TRUE:
+        errors.append("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true "
+                      "compares rewards after the KL term, which dynamic sampling here does not; use seq_reward")
+    _gen_batch_rounds(pairs, out, notes, errors)
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    if errors:
+        raise ConfigError(f"{len(errors)} problems with the command line:\n" + "\n".join(f"- {e}" for e in errors))
+    return [*strategies, *out], notes
 
 
 def names_user_job(overrides: Sequence[str]) -> bool:

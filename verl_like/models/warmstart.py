@@ -118,11 +118,13 @@ def supervised_finetune(
     attention_mask: torch.Tensor,
     loss_mask: torch.Tensor,
     spec: WarmStartSpec,
+    progress_every_s: float = 10.0,
 ) -> list[float]:
     """Trains `model` in place on the masked next-token loss; returns the loss of every step.
 
     Inputs are `(rows, seq_len)` from `sft_tensors`; each step takes `spec.batch_size` rows of a seeded
-    permutation (reshuffled every epoch).
+    permutation (reshuffled every epoch). Logs the step and loss every `progress_every_s` seconds (a first run on
+    2 loaded cores spends minutes here).
     """
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
@@ -133,7 +135,8 @@ def supervised_finetune(
     order = torch.randperm(rows, generator=generator)
     cursor = 0
     losses = []
-    for _ in range(spec.steps):
+    last_report = time.perf_counter()
+    for step in range(spec.steps):
         if cursor + spec.batch_size > rows:
             order, cursor = torch.randperm(rows, generator=generator), 0
         picked = order[cursor : cursor + spec.batch_size]
@@ -151,6 +154,9 @@ def supervised_finetune(
         optimizer.step()
         scheduler.step()
         losses.append(loss.item())
+        if time.perf_counter() - last_report >= progress_every_s:
+            logger.info("warm start: step %d/%d, loss %.3f", step + 1, spec.steps, losses[-1])
+            last_report = time.perf_counter()
     model.eval()
     return losses
 
@@ -175,6 +181,10 @@ def build_warmstart_model(cache_dir: str | os.PathLike, spec: WarmStartSpec = Wa
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         start = time.perf_counter()
+        logger.info(
+            "warm start for task %r: fine-tuning the tiny model for %d supervised steps (once; cached in %s)",
+            spec.task, spec.steps, out_dir,
+        )
         base = build_tiny_model(staging / "base", spec.model)
         tokenizer = AutoTokenizer.from_pretrained(base)
         torch.manual_seed(spec.model.seed)

@@ -1,9 +1,13 @@
 """Runs a reward function over many samples in worker processes, each sample under its own time limit.
 
 A sample whose function raises, returns something that is not a finite number, runs past `timeout_s`, or kills
-its process gets score 0 and an error note; the call always returns. A worker that overran is killed and replaced
-(workers come from a fork server: a replacement starts in milliseconds and inherits no threads or locks of the
-caller). The function travels to the workers with cloudpickle, so closures and functions loaded from files work.
+its process gets score 0 and an error note; the call always returns. A worker that overran is killed and replaced.
+
+Workers are fresh interpreters (`python -m verl_like.rewards.pool`, talking over a socket pair): they inherit no
+threads or locks of the caller, and, unlike multiprocessing's spawn and forkserver starts, they never import the
+caller's main module again, so a user's script without an `if __name__ == "__main__":` guard is not re-run in
+every worker. The function travels to the workers with cloudpickle (closures, functions of the main script and
+functions loaded from files work), together with the caller's sys.path.
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import multiprocessing
 import signal
+import socket
+import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -23,6 +29,7 @@ import cloudpickle
 
 logger = logging.getLogger(__name__)
 
+START_TIMEOUT_S = 120.0  # a fresh interpreter importing the reward function's modules on a loaded machine
 RewardFn = Callable[..., Any]  # fn(data_source=, solution_str=, ground_truth=, extra_info=) -> float | {"score": float}
 
 
@@ -53,14 +60,22 @@ def score_one(fn: RewardFn, kwargs: dict[str, Any]) -> ScoreOutcome:
     return ScoreOutcome(float(result))
 
 
-def _worker_main(conn: Connection, payload: bytes) -> None:
+def _worker_main(conn: Connection) -> None:
     # Ctrl-C reaches the whole foreground process group; the driver decides when scoring stops (StopRequests
-    # lets the step finish), so workers ignore SIGINT. SIGTERM stays fatal: multiprocessing ends daemon children
-    # with it at exit (`ray job stop` also sends it; an idle worker it killed is replaced on the next map).
+    # lets the step finish), so workers ignore SIGINT. SIGTERM stays fatal (`ray job stop` sends it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    fn = cloudpickle.loads(payload)
+    sys.path[:] = conn.recv()  # the caller's, so functions pickled by reference import as they did there
+    try:
+        fn = cloudpickle.loads(conn.recv_bytes())
+    except Exception as error:  # e.g. a module the function needs is not importable here
+        conn.send(f"{type(error).__name__}: {error}")
+        return
+    conn.send(None)  # ready: the time it took to start is not counted against its first task
     while True:
-        message = conn.recv()
+        try:
+            message = conn.recv()
+        except EOFError:  # the caller closed the pool or exited
+            return
         if message is None:
             return
         index, kwargs = message
@@ -68,14 +83,60 @@ def _worker_main(conn: Connection, payload: bytes) -> None:
         conn.send((index, outcome.score, outcome.error))
 
 
+class _Process:
+    """A worker interpreter (subprocess.Popen) with the few calls of multiprocessing.Process the pool uses."""
+
+    def __init__(self, child_fd: int) -> None:
+        self._popen = subprocess.Popen(
+            [sys.executable, "-m", "verl_like.rewards.pool", str(child_fd)], pass_fds=(child_fd,),
+            stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self._popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 class _Worker:
-    def __init__(self, context: multiprocessing.context.BaseContext, payload: bytes) -> None:
-        self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child_conn, payload), daemon=True)
-        self.process.start()
-        child_conn.close()
+    def __init__(self, payload: bytes) -> None:
+        ours, theirs = socket.socketpair()
+        self.process = _Process(theirs.fileno())
+        theirs.close()  # the worker holds the only other end: its exit makes our end readable (EOF)
+        self.conn = Connection(ours.detach())
+        self.conn.send(list(sys.path))
+        self.conn.send_bytes(payload)
         self.task: int | None = None
         self.started = 0.0
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Returns once the worker has loaded the function; RuntimeError if it cannot."""
+        if self.conn.poll(timeout_s):
+            try:
+                error = self.conn.recv()
+            except (EOFError, OSError):
+                error = f"its process exited with code {self.process.exitcode} while starting (see its stderr)"
+        else:
+            error = f"it did not start within {timeout_s:g} s"
+        if error is not None:
+            self.kill()
+            raise RuntimeError(f"a reward scoring worker could not load the reward function: {error}")
 
     def kill(self) -> None:
         self.process.kill()
@@ -94,13 +155,18 @@ class ScoringPool:
             raise ValueError(f"reward timeout_s={timeout_s} must be > 0")
         self.timeout_s = timeout_s
         self._payload = cloudpickle.dumps(fn)
-        methods = multiprocessing.get_all_start_methods()
-        self._context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        self._workers = [_Worker(self._context, self._payload) for _ in range(num_workers)]
+        self._workers = [_Worker(self._payload) for _ in range(num_workers)]  # they start in parallel
+        try:
+            for worker in self._workers:
+                worker.wait_ready()
+        except RuntimeError:
+            self.close()
+            raise
 
     def _replace(self, slot: int) -> None:
         self._workers[slot].kill()
-        self._workers[slot] = _Worker(self._context, self._payload)
+        self._workers[slot] = _Worker(self._payload)
+        self._workers[slot].wait_ready()
 
     @staticmethod
     def _receive(worker: _Worker) -> tuple[int, float, str | None] | None:
@@ -135,8 +201,8 @@ class ScoringPool:
             if not busy:
                 continue
             deadline = min(w.started for w in busy) + self.timeout_s
-            waitables = [w.conn for w in busy] + [w.process.sentinel for w in busy]
-            wait(waitables, timeout=max(0.0, deadline - time.monotonic()))
+            # A worker that dies closes its end of the socket: its connection becomes readable (EOF).
+            wait([w.conn for w in busy], timeout=max(0.0, deadline - time.monotonic()))
             now = time.monotonic()
             for slot, worker in enumerate(self._workers):
                 if worker.task is None:
@@ -177,3 +243,7 @@ class ScoringPool:
             if not worker.conn.closed:
                 worker.conn.close()
         self._workers = []
+
+
+if __name__ == "__main__":  # a worker: python -m verl_like.rewards.pool FD
+    _worker_main(Connection(int(sys.argv[1])))

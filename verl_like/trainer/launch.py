@@ -11,6 +11,7 @@ from verl_like.single_controller import init_ray
 from verl_like.single_controller.cluster import job_scratch_path
 from verl_like.trainer.ppo_trainer import PPOTrainer
 from verl_like.trainer.preflight import run_preflight
+from verl_like.trainer.run_summary import format_summary
 from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
 from verl_like.utils.quiet_logs import log_level_env
@@ -60,6 +61,10 @@ def launch(config: PPOConfig, *, preflight: bool = True, **trainer_kwargs: Any) 
     trainer = PPOTrainer(config, **trainer_kwargs)
     try:
         trainer.init_workers()
-        return trainer.fit()
+        metrics = trainer.fit()
     finally:
         trainer.shutdown()
+    # After the workers are gone (and Ray's deferred messages with them): how the run went, and where it is.
+    summary = format_summary(trainer.record, trainer.run_dir, trainer_cfg.logger, trainer_cfg.save_freq)
+    logger.info("%s", summary)
+    return metrics

@@ -13,6 +13,7 @@ the start of the next rollout), so a checkpoint always matches the weights the r
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, t
 from verl_like.trainer.progress import Progress
 from verl_like.trainer.rewarding import BatchScorer
 from verl_like.trainer.rollout_dump import dump_rollouts
+from verl_like.trainer.run_summary import RunRecord
 from verl_like.trainer.setup import TrainerComponents, build_components
 from verl_like.trainer.val_generations import ValGenerationLogger, ValSample, decode_samples
 from verl_like.utils.device import resolve_device
@@ -453,12 +455,15 @@ class PPOTrainer:
                                                  self.config.async_training.staleness, self.global_step, total)
         progress = Progress(total=total, start=self.global_step)
         tool_watch = ToolCallWatch(self.config.actor_rollout_ref.rollout.multi_turn)
+        self.record = record = RunRecord(first_step=self.global_step, last_step=self.global_step)
+        started = time.monotonic()
         last: dict[str, float] = {}
         stops = StopRequests()  # SIGTERM/SIGINT: finish the step, checkpoint, raise TrainingInterrupted
         try:
             with stops:
                 if cfg.val_before_train and self.global_step == 0:
                     last = self.validate()
+                    record.note_validation(0, last)
                     self.tracking.log(last, step=0)
                     if generations is not None:
                         generations.log(self.last_val_samples, step=0)
@@ -478,6 +483,8 @@ class PPOTrainer:
                     tool_watch.observe(metrics, self.global_step)
                     self.tracking.log(metrics, step=self.global_step)
                     progress.update(self.global_step, metrics)
+                    record.note_validation(self.global_step, metrics)
+                    record.last_step = self.global_step
                     last = metrics
                 if stops.requested is not None and self.global_step < total:
                     raise TrainingInterrupted(stops.requested, self.global_step, self._checkpoint_on_stop())
@@ -486,6 +493,7 @@ class PPOTrainer:
                 self._prefetcher.close()
                 self._prefetcher = None
             progress.close()
+            record.seconds = time.monotonic() - started
             self.tracking.close()
             if generations is not None:
                 generations.close()

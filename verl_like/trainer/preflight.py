@@ -162,9 +162,11 @@ def check_devices(config: PPOConfig, cuda_devices: int | None = None) -> None:
     cuda_devices: GPUs visible here (None: ask torch). Ray would otherwise wait for them until
     trainer.timeouts.worker_start_timeout_s.
     """
+    from verl_like.utils.device import resolve_device
+
     trainer = config.trainer
     world, asked = cluster_processes(config)  # trainer workers + started servers + roles on pools of their own
-    if trainer.device == "cuda":
+    if resolve_device(trainer.device) == "cuda":  # load_config resolves auto; a config built otherwise may keep it
         if cuda_devices is None:
             import torch
 

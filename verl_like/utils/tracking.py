@@ -67,11 +67,36 @@ class _TensorBoardSink:
         self._writer.close()
 
 
+def wandb_mode(environ: dict[str, str] | None = None, netrc_path: Path | None = None) -> str:
+    """"online" when W&B credentials are at hand (WANDB_API_KEY, or an api.wandb.ai entry in ~/.netrc, what
+    `wandb login` writes), else "offline"; WANDB_MODE, when set, decides."""
+    import netrc
+
+    environ = os.environ if environ is None else environ
+    if environ.get("WANDB_MODE"):
+        return environ["WANDB_MODE"]
+    if environ.get("WANDB_API_KEY"):
+        return "online"
+    try:
+        entries = netrc.netrc(str(netrc_path or Path.home() / ".netrc")).hosts
+    except (OSError, netrc.NetrcParseError):
+        entries = {}
+    return "online" if any("wandb" in host for host in entries) else "offline"
+
+
 class _WandbSink:
-    def __init__(self, project: str, experiment: str, config: dict[str, Any]) -> None:
+    """A W&B run; without credentials an offline one under `log_dir`/wandb (`wandb sync` uploads it later)."""
+
+    def __init__(self, project: str, experiment: str, config: dict[str, Any], log_dir: Path) -> None:
         import wandb
 
-        self._run = wandb.init(project=project, name=experiment, config=config)
+        mode = wandb_mode()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._run = wandb.init(project=project, name=experiment, config=config, mode=mode, dir=str(log_dir))
+        self.run_dir = Path(self._run.dir).parent  # .../wandb/<offline-|>run-<time>-<id>
+        if mode == "offline":
+            logger.warning("W&B: no credentials (WANDB_API_KEY or `wandb login`), so the run is logged offline in "
+                           "%s; upload it later with `wandb sync %s`", self.run_dir, self.run_dir)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._run.log(metrics, step=step)
@@ -121,7 +146,7 @@ class Tracking:
             elif backend == "tensorboard":
                 self._sinks.append(_TensorBoardSink(self.log_dir / "tensorboard"))
             elif backend == "wandb":
-                self._sinks.append(_WandbSink(project, experiment, config or {}))
+                self._sinks.append(_WandbSink(project, experiment, config or {}, self.log_dir))
             elif backend == "mlflow":
                 self._sinks.append(_MlflowSink(f"{project}/{experiment}", config or {}))
 

@@ -153,11 +153,17 @@ def _session_processes(sid: int) -> list[str]:
 
 def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
     """The embedded default (no preset), only fewer steps: held-out greedy reward must rise clearly."""
-    _run(["trainer.total_training_steps=10", "trainer.test_freq=5", f"trainer.default_local_dir={tmp_path}"], cache_dir)
+    out = _run(["trainer.total_training_steps=10", "trainer.test_freq=5", f"trainer.default_local_dir={tmp_path}"],
+               cache_dir)
     val = {r["step"]: r["val/score/mean"] for r in read_metrics(tmp_path / "metrics.jsonl") if "val/score/mean" in r}
     assert sorted(val) == [0, 5, 10]
     assert val[0] <= 0.3, val
     assert val[10] >= 0.6 and val[10] >= val[0] + 0.3, val
+    # The run ends with its summary, after the workers' last lines (issue #31).
+    summary = out[out.index("run finished: 10 step(s) (step 0 -> 10)"):]
+    assert f"held-out reward (val/score/mean): {val[0]:.3f} at step 0 -> {val[10]:.3f} at step 10" in summary
+    assert f"TensorBoard: tensorboard --logdir {tmp_path}/tensorboard" in summary
+    assert f"report: python -m verl_like.report {tmp_path}" in summary and "checkpoints: none saved" in summary
 
 
 def test_online_dpo_preset_raises_the_held_out_reward(cache_dir, tmp_path):

@@ -38,9 +38,9 @@ BAD_CONFIGS = [
     (["trainer.resume_mode=always"], "trainer.resume_mode='always' must be one of"),
     (["trainer.rollout_data_dir=5"], "trainer.rollout_data_dir=5 has the wrong type: expected str or null"),
     (["trainer.rollout_data_dir=''"], "trainer.rollout_data_dir='' must be a folder path, or null"),
-    (["actor_rollout_ref.rollout.name=sglang"], "actor_rollout_ref.rollout.name='sglang' is not one of"),
+    (["actor_rollout_ref.rollout.name=sglang"], "actor_rollout_ref.rollout.name=sglang is not supported: SGLang"),
     (["data.truncation=cut"], "data.truncation='cut' is not one of"),
-    (["reward_model.reward_manager=dapo"], "reward_model.reward_manager='dapo' is not available"),
+    (["reward_model.reward_manager=batch"], "reward_model.reward_manager=batch is not supported"),
     (["data.train_files=synthetic:mul"], "data.train_files: unknown synthetic task 'mul'"),
     # ranges
     (["data.max_response_length=-1"], "data.max_response_length=-1 must be >= 1"),

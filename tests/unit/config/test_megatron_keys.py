@@ -41,13 +41,10 @@ def test_the_reference_follows_the_actor_key_by_key():
     (["reward_model.strategy=megatron"], "reward models run on FSDP"),
     (["critic.strategy=deepspeed"], "critic.strategy='deepspeed' is not a training strategy"),
     ([*MEGATRON, f"{A}.megatron.sequence_parallel=true"], f"{A}.megatron.sequence_parallel=true needs"),
-    ([*MEGATRON, f"{A}.fsdp_config.param_offload=true"], f"{A}.fsdp_config.param_offload=true is an FSDP setting"),
     ([*MEGATRON, f"{A}.fsdp_config.reshard_after_forward=false"], f"{A}.fsdp_config.reshard_after_forward=false"),
     ([*MEGATRON, "actor_rollout_ref.model.use_remove_padding=true"], f"{A}.use_remove_padding=true is not"),
     ([*MEGATRON, "actor_rollout_ref.ref.fsdp_config.offload_policy=true"],
      "actor_rollout_ref.ref.fsdp_config.offload_policy=true is an FSDP setting"),
-    (["critic.strategy=megatron", "critic.fsdp_config.optimizer_offload=true"],
-     "critic.fsdp_config.optimizer_offload=true is an FSDP setting"),
     ([*MEGATRON, f"{A}.fsdp_config.model_dtype=bf16"], f"{A}.fsdp_config.model_dtype=bfloat16 is not supported"),
     ([*MEGATRON, "trainer.device=cpu", f"{A}.fsdp_config.param_dtype=bf16"], "needs CUDA"),
     ([*MEGATRON, f"{A}.megatron.use_distributed_optimizer=true", "trainer.save_freq=5"],
@@ -60,6 +57,15 @@ def test_the_reference_follows_the_actor_key_by_key():
 def test_settings_a_megatron_role_cannot_honour_are_refused_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         _load(*overrides)
+
+
+def test_verl_megatron_offload_keys_are_the_roles_offload_switches_the_megatron_engine_honours():
+    config = _load(*MEGATRON, f"{A}.megatron.param_offload=True", f"{A}.megatron.optimizer_offload=True",
+                   f"{A}.megatron.grad_offload=True", "actor_rollout_ref.ref.megatron.param_offload=True",
+                   "critic.strategy=megatron", "critic.megatron.optimizer_offload=True")
+    actor = config.actor_rollout_ref.actor.fsdp_config
+    assert actor.param_offload and actor.optimizer_offload
+    assert config.actor_rollout_ref.ref.fsdp_config.param_offload and config.critic.fsdp_config.optimizer_offload
 
 
 def test_fsdp_settings_stay_free_under_fsdp2():

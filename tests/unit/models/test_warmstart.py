@@ -54,16 +54,19 @@ def test_sft_tensors_mask_only_the_answer_and_eos():
         assert loss_mask[i].tolist() == [0] * len(prompt) + [1] * (len(answer) + 1) + [0] * pad
 
 
-def test_supervised_finetune_lowers_the_loss(tmp_path):
+def test_supervised_finetune_lowers_the_loss_and_reports_its_progress(tmp_path, caplog):
     from verl_like.models.tiny import build_tiny_model
 
     base = build_tiny_model(tmp_path / "base")
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     rows = generate_split("add", "sft", 64)
     tensors = sft_tensors(AutoTokenizer.from_pretrained(base), rows, demonstrations(rows, 1.0, 0))
-    losses = supervised_finetune(model, *tensors, SMALL)
+    with caplog.at_level("INFO", logger="verl_like.models.warmstart"):
+        losses = supervised_finetune(model, *tensors, SMALL, progress_every_s=0.0)  # a line per step here
     assert len(losses) == SMALL.steps
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warm start: step")]
+    assert progress[0].startswith("warm start: step 1/20, loss ") and progress[-1].startswith("warm start: step 20/20")
 
 
 def test_build_once_and_load(tmp_path, caplog):
