@@ -107,3 +107,27 @@ def check_colocated(train_engine, rollout, limit: float, engine: str, engine_ver
     result = compare(served, trained, limit, engine, engine_version, trainer_version)
     logger.debug("sync check %s: gap %.3g (max %.3g)", engine, result.gap, result.gap_max)
     return result
+
+
+def server_probe_log_probs(client, token_ids: list[int], start: int = PROBE_SCORED_FROM) -> list[float]:
+    """A vLLM server's log-probs (temperature 1) of tokens start.. of `token_ids`, from one /v1/completions call
+    with prompt_logprobs=0 (each position's entries hold the prompt's own token)."""
+    body = {"model": client.model, "prompt": list(token_ids), "max_tokens": 1, "temperature": 1.0,
+            "prompt_logprobs": 0, "skip_special_tokens": False}
+    entries = client.request("POST", "/v1/completions", json=body)["choices"][0]["prompt_logprobs"]
+    if entries is None or len(entries) != len(token_ids):
+        raise SyncCheckError(f"sync check: {client} returned no prompt log-probs for the {len(token_ids)}-token probe")
+    return [float(entries[position][str(token_ids[position])]["logprob"]) for position in range(start, len(token_ids))]
+
+
+def check_servers(train_engine, clients: list, limit: float, trainer_version: int, vocab_size: int) -> dict[str, float]:
+    """Scores the probe on every server in `clients` (rank 0's; other ranks pass []) and in `train_engine` (every
+    rank: a collective); SyncCheckError naming the first server whose gap exceeds `limit`. The largest gap."""
+    token_ids = probe_token_ids(vocab_size)
+    trained = trainer_probe_log_probs(train_engine, token_ids)
+    results = [compare(server_probe_log_probs(client, token_ids), trained, limit, str(client),
+                       trainer_version, trainer_version) for client in clients]
+    if not results:
+        return {}
+    return {"rollout/sync_check_gap": max(r.gap for r in results),
+            "rollout/sync_check_gap_max": max(r.gap_max for r in results)}

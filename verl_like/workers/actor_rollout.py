@@ -486,6 +486,11 @@ class ActorRolloutWorker(Worker):
         from verl_like.rollout import sync_check
 
         rollout, config = self.rollout, self.rollout_config
+        clients = getattr(self.transport, "clients", None)  # server mode: ServerTransport's, on rank 0
+        if config.sync_check and clients is not None:
+            wire = engine.compute_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
+            limit = sync_check.tolerance([wire, engine.compute_dtype], config.sync_check_tolerance)
+            return sync_check.check_servers(engine, clients, limit, engine.global_step, self.hf_config().vocab_size)
         if not config.sync_check or rollout is None or not rollout.supports_scoring:
             return {}
         rollout.wake_up(["kv_cache"])  # scoring runs a forward; generation follows the sync and wakes it anyway

@@ -10,6 +10,7 @@ adapter (or wrong full weights), naming the engine and both versions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -270,7 +271,8 @@ def test_sync_check_fails_a_run_whose_engine_gets_a_wrong_adapter_naming_it(sing
 
 
 def test_sync_check_fails_a_full_weight_sync_that_delivers_wrong_weights(single_pool, model_dir):
-    group = WorkerGroup(single_pool, RoleSpec(WrongWeightsWorker, (model_dir, ACTOR, ROLLOUT)), name="ar_wrong")
+    rollout = dataclasses.replace(ROLLOUT, weight_sync_mode="full")  # through the engine's load_weights
+    group = WorkerGroup(single_pool, RoleSpec(WrongWeightsWorker, (model_dir, ACTOR, rollout)), name="ar_wrong")
     try:
         with pytest.raises(WorkerError) as excinfo:
             group.init_model()
