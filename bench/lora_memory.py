@@ -24,12 +24,12 @@ def _rss() -> int:
 
 
 def measure(model_dir: str, lora_rank: int) -> dict[str, float]:
-    import torch
-
     from verl_like.engine.config import EngineConfig, LoraSettings
     from verl_like.engine.fsdp import FSDPEngine
     from verl_like.engine.from_config import reference_engine_config
-    from verl_like.rollout.sync_check import probe_batch
+    from transformers import AutoConfig
+
+    from verl_like.rollout.sync_check import probe_batch, probe_token_ids
 
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29637")
     lora = LoraSettings(rank=lora_rank, alpha=2 * lora_rank) if lora_rank else None
@@ -39,7 +39,7 @@ def measure(model_dir: str, lora_rank: int) -> dict[str, float]:
     after_actor = _rss()
     ref = None if lora else FSDPEngine(reference_engine_config(config))  # LoRA: the actor, adapter disabled
     after_ref = _rss()
-    batch = probe_batch(list(range(1, 65)), start=8)
+    batch = probe_batch(probe_token_ids(AutoConfig.from_pretrained(model_dir).vocab_size, 64), start=8)
     actor.forward_backward(batch, lambda out, mb: (-out["log_probs"].mean(), {}))
     actor.optimizer_step()
     after_step = _rss()
@@ -70,8 +70,11 @@ def main() -> None:
         model_dir = str(build_tiny_model(os.path.join(scratch, "model"), spec))
         rows = []
         for rank in (0, args.lora_rank):
-            out = subprocess.run([sys.executable, __file__, "--variant", str(rank), "--model-dir", model_dir],
-                                 capture_output=True, text=True, check=True).stdout
+            done = subprocess.run([sys.executable, __file__, "--variant", str(rank), "--model-dir", model_dir],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"the variant lora_rank={rank} failed:\n{done.stderr[-3000:]}")
+            out = done.stdout
             rows.append(json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]))
     print("| variant | trainable params | actor MB | reference MB | grads + AdamW MB (one step) |")
     print("|---|---|---|---|---|")
