@@ -61,13 +61,16 @@ def test_lora_default_job_raises_the_held_out_reward_moving_only_adapter_bytes(s
 
 
 def test_lora_run_killed_then_resumed_reproduces_the_uninterrupted_run(cache_dir, tmp_path, straight):
+    """Also with the sync check off (`rollout.sync_check=false`): no probe metric, and the same training."""
     run = tmp_path / "interrupted"
     metrics = run / "metrics.jsonl"
-    proc = _main_ppo([*RESUMABLE, f"trainer.default_local_dir={run}"], cache_dir)
+    args = [*RESUMABLE, "actor_rollout_ref.rollout.sync_check=false", f"trainer.default_local_dir={run}"]
+    proc = _main_ppo(args, cache_dir)
     _wait_for_step(proc, metrics, STEPS // 2 + 1)
     os.killpg(proc.pid, signal.SIGKILL)  # driver and its local Ray cluster, after the checkpoint of step STEPS/2
     proc.wait()
-    _run([*RESUMABLE, f"trainer.default_local_dir={run}"], cache_dir)
+    _run(args, cache_dir)
+    assert not any("rollout/sync_check_gap" in r for r in read_metrics(metrics))
     expected = {r["step"]: r for r in read_metrics(straight / "metrics.jsonl")}
     for record in read_metrics(metrics):
         if record["step"] == 0:
