@@ -82,3 +82,13 @@ def test_dropout_in_a_loaded_adapter_is_refused(model_dir, tmp_path):
     with pytest.raises(ValueError, match="lora_dropout=0.1"):
         lora.apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
                         LoraSettings(rank=4, adapter_path=str(tmp_path / "adapter")))
+
+
+def test_lora_adapter_path_starts_from_the_saved_adapter_trainable(model_dir, tmp_path):
+    trained_peft(model_dir).save_pretrained(tmp_path / "adapter")
+    saved = lora.adapter_state(trained_peft(model_dir))
+    model = lora.apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                            LoraSettings(rank=4, adapter_path=str(tmp_path / "adapter")))
+    loaded = lora.adapter_state(model)
+    assert loaded.keys() == saved.keys() and all(torch.equal(loaded[n], saved[n]) for n in saved)
+    assert all(p.requires_grad == lora.is_adapter_param(n) for n, p in model.named_parameters())
