@@ -24,6 +24,7 @@ end of the first generation (and to its start, `launch_to_first_rollout_start_s`
     python bench/step_throughput.py --smoke --mode server                        # rollout in a vLLM server
     python bench/step_throughput.py --model qwen2.5-0.5b --mode server            # server on the trainer's GPU
     python bench/step_throughput.py --smoke --mode server --staleness 1          # generation overlapping the update
+    python bench/step_throughput.py --model qwen2.5-7b --lora-rank 32            # LoRA: adapter-only sync
 
 With --mode server the rollout runs in vLLM servers and weights go through vLLM's weight-transfer API. On GPUs the
 servers share the trainer's GPUs by default (rollout_pool.gpu_fraction = --server-gpu-fraction, 0.3: one server per
@@ -197,6 +198,10 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         *(["async_training.enable=true", f"async_training.staleness={args.staleness}", "algorithm.rollout_is=true"]
           if args.staleness is not None else []),
         *(["async_training.partial_rollout=true"] if args.partial_rollout else []),
+        # LoRA (docs/lora.md): adapter-only sync unless --lora-merge; alpha = 2 x rank, as is usual.
+        *([f"actor_rollout_ref.model.lora_rank={args.lora_rank}",
+           f"actor_rollout_ref.model.lora_alpha={2 * args.lora_rank}",
+           f"actor_rollout_ref.model.lora.merge={str(args.lora_merge).lower()}"] if args.lora_rank else []),
         *args.override,
     ]
 
@@ -277,6 +282,9 @@ def main() -> None:
                         help="asynchronous training with this staleness K (server mode; rollout IS on)")
     parser.add_argument("--partial-rollout", action="store_true",
                         help="with --staleness: in-flight samples continue across a weight update (pause keep)")
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="train a LoRA adapter of this rank (0: full fine-tuning); sync bytes are then the adapter's")
+    parser.add_argument("--lora-merge", action="store_true", help="with --lora-rank: sync merged full weights")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="one more Hydra override of the job (repeatable), after the bench's own")
     parser.add_argument("--server-gpu-fraction", type=float, default=None,
@@ -339,6 +347,7 @@ def main() -> None:
         "prompts": args.prompts, "n": args.n, "prompt_len": args.prompt_len, "response_len": args.response_len,
         "offload": args.offload, "offload_policy": args.offload_policy, "eager": args.eager,
         "rollout_dtype": args.rollout_dtype, "partial_rollout": args.partial_rollout, "overrides": args.override,
+        "lora_rank": args.lora_rank, "lora_merge": args.lora_merge,
         "fused_log_probs": os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0",
         "sleep_level": config.actor_rollout_ref.rollout.sleep_level,
         "launch_to_first_rollout_s": marks["first_rollout_done"] - launch_start,

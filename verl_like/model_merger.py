@@ -7,6 +7,9 @@
 DCP files written at any world size, plus the `huggingface/` folder with the model's config and tokenizer.
 `--hf_model_path DIR` takes config and tokenizer from DIR instead (for checkpoints written without that folder).
 No process group is needed: the shards are read in one process, on CPU.
+A LoRA run's checkpoint (adapter only; model_merger_lora.py) exports `--export merged` (default: the base model
+with the adapter merged in) or `--export adapter` (PEFT's layout); `--base_model_path` overrides the base model
+directory the checkpoint names.
 """
 
 from __future__ import annotations
@@ -106,14 +109,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--local_dir", required=True, help="global_step_N/actor (or /critic) of a run")
     parser.add_argument("--target_dir", required=True, help="where the HF model directory is written")
     parser.add_argument("--hf_model_path", default=None, help="config/tokenizer source (default: local_dir/huggingface)")
+    parser.add_argument("--export", default="merged", choices=["merged", "adapter"],
+                        help="LoRA checkpoints: the merged model, or the adapter alone in PEFT's layout")
+    parser.add_argument("--base_model_path", default=None,
+                        help="LoRA checkpoints: the base model (default: the one the checkpoint names)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    from verl_like.model_merger_lora import is_lora_checkpoint, merge_lora_checkpoint
+
     try:
-        merge_fsdp_checkpoint(args.local_dir, args.target_dir, args.hf_model_path)
+        if is_lora_checkpoint(args.local_dir):
+            merge_lora_checkpoint(args.local_dir, args.target_dir, args.export, args.base_model_path)
+        else:
+            merge_fsdp_checkpoint(args.local_dir, args.target_dir, args.hf_model_path)
     except (FileNotFoundError, ValueError) as err:
         raise SystemExit(f"model_merger: {err}") from None
 

@@ -23,6 +23,18 @@ def is_builtin_model(path: str) -> bool:
 
 
 @dataclass(frozen=True)
+class LoraServingConfig:
+    """How a LoRA policy reaches the rollout (`actor_rollout_ref.model.lora`).
+
+    merge: false (default) sends only the adapter's tensors after each update (the base weights once) and the
+      engine serves base + adapter; true merges the adapter into the base weights on the trainer and sends full
+      weights through the ordinary transports (no adapter in the engine; every sync moves the whole model).
+    """
+
+    merge: bool = False
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """The policy model (`actor_rollout_ref.model`); the reference starts from the same weights.
 
@@ -42,6 +54,18 @@ class ModelConfig:
       kernels for the RMSNorm and SwiGLU of Qwen2/Llama-family models in the actor and reference
       (engine/fused_layers.py; CUDA and strategy=fsdp2 only). verl fuses the log-prob/entropy computation under
       this key; here that part is always fused on CUDA (engine/token_log_probs.py).
+
+    LoRA (verl's keys; docs/lora.md)
+      lora_rank: rank of the PEFT LoRA adapters the actor trains; 0 (default) trains every weight. With a rank
+        the base weights stay frozen, only the adapters get gradients and optimizer state, the reference is the
+        actor with its adapter disabled, and checkpoints hold the adapter alone.
+      lora_alpha: LoRA's alpha (the adapter's update is scaled by lora_alpha / lora_rank).
+      target_modules: "all-linear" (every Linear of the decoder but the head) or a list of module names
+        (e.g. [q_proj, v_proj]).
+      exclude_modules: module names (or a regex string) kept out of the adapter; null excludes none.
+      lora_adapter_path: a PEFT adapter directory (adapter_config.json + weights) to start from; its rank and
+        targets win over lora_rank / target_modules.
+      lora: LoraServingConfig (lora.merge: merged full weights instead of the adapter for the rollout).
     """
 
     path: str = BUILTIN_TINY
@@ -52,8 +76,25 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
     use_fused_kernels: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: str | tuple[str, ...] = "all-linear"
+    exclude_modules: str | tuple[str, ...] | None = None
+    lora_adapter_path: str | None = None
+    lora: LoraServingConfig = field(default_factory=LoraServingConfig)
 
     def __post_init__(self) -> None:
+        p = "actor_rollout_ref.model"
+        if self.lora_rank < 0:
+            raise ConfigError(f"{p}.lora_rank={self.lora_rank} must be >= 0 (0 turns LoRA off)")
+        if self.lora_rank and self.lora_alpha <= 0:
+            raise ConfigError(f"{p}.lora_alpha={self.lora_alpha} must be > 0 with lora_rank={self.lora_rank}")
+        if self.lora_adapter_path and not self.lora_rank:
+            raise ConfigError(
+                f"{p}.lora_adapter_path is set but lora_rank=0; set lora_rank to the adapter's rank (LoRA training)"
+            )
+        if isinstance(self.target_modules, tuple) and not self.target_modules:
+            raise ConfigError(f"{p}.target_modules is empty; use 'all-linear' or name the modules to adapt")
         if not self.path:
             raise ConfigError("actor_rollout_ref.model.path is empty; set a local HF model directory or 'tiny'")
         if self.tiny_spec and not is_builtin_model(self.path):
@@ -66,6 +107,11 @@ class ModelConfig:
     def is_builtin(self) -> bool:
         """True for the builtin tiny model."""
         return is_builtin_model(self.path)
+
+    @property
+    def lora_enabled(self) -> bool:
+        """True when the actor trains a LoRA adapter (lora_rank > 0)."""
+        return self.lora_rank > 0
 
     @property
     def tokenizer_dir(self) -> str:

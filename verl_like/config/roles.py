@@ -54,6 +54,8 @@ class CriticModelConfig:
       hold the policy's tokenizer; validation compares them (null: nothing to compare beyond path).
     override_config / trust_remote_code / enable_gradient_checkpointing / use_remove_padding: as for
     actor_rollout_ref.model (the YAML feeds the last two to critic.gradient_checkpointing / use_remove_padding).
+    lora_rank / lora_alpha / target_modules: verl's critic LoRA keys; lora_rank > 0 is refused (config/lora.py
+      says why), 0 trains every weight.
     """
 
     path: str | None = None
@@ -62,6 +64,9 @@ class CriticModelConfig:
     override_config: Mapping[str, Any] = field(default_factory=dict)
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: str | tuple[str, ...] = "all-linear"
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,11 @@ class RolloutConfig:
 
     Agent loops (docs/agents.md)
       multi_turn: MultiTurnConfig. agent: AgentConfig.
+      sync_check: after every weight sync the rollout engine scores a fixed probe sequence and its log-probs are
+        compared with the trainer's for the same version (rollout/sync_check.py); a gap above the tolerance fails
+        the step naming the engine or server and both versions. Metric rollout/sync_check_gap. On by default.
+      sync_check_tolerance: the largest mean |engine - trainer| log-prob gap on the probe that passes; null takes
+        the rollout dtype's (rollout/sync_check.py:DTYPE_TOLERANCE).
     """
 
     mode: str = "colocate"
@@ -290,6 +295,8 @@ class RolloutConfig:
     weight_sync_timeout_s: float = 600.0
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    sync_check: bool = True
+    sync_check_tolerance: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", VERL_MODE_ALIASES.get(self.mode, self.mode))
@@ -344,6 +351,8 @@ class RolloutConfig:
             raise ConfigError(f"{_P}.weight_sync_mode={self.weight_sync_mode!r} is not one of {WEIGHT_SYNC_MODES}")
         if not self.weight_sync_timeout_s > 0:
             raise ConfigError(f"{_P}.weight_sync_timeout_s={self.weight_sync_timeout_s} must be > 0")
+        if self.sync_check_tolerance is not None and not self.sync_check_tolerance > 0:
+            raise ConfigError(f"{_P}.sync_check_tolerance={self.sync_check_tolerance} must be > 0, or null")
 
     @property
     def engine_max_model_len(self) -> int:

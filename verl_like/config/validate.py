@@ -18,6 +18,7 @@ from verl_like.config.data import is_synthetic
 from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
+from verl_like.config.lora import check_lora
 from verl_like.config.pools import check_server_placement, check_weight_transfer, cluster_processes, cluster_summary
 from verl_like.config.tokenizer_check import check_same_tokenizer
 from verl_like.config.online_dpo import check_online_dpo
@@ -40,6 +41,7 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     check_distillation(config, check_paths)
     _check_roles(config)
     _check_megatron_runtime(config)
+    check_lora(config)
     _check_fused_kernels(config)
     _check_reward_roles(config)
     _check_schedule(config)

@@ -137,7 +137,36 @@ class TrainEngine(abc.ABC):
 
     @abc.abstractmethod
     def full_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """(HF parameter name, full tensor) one parameter at a time; a collective, same order on every rank."""
+        """(HF parameter name, full tensor) one parameter at a time; a collective, same order on every rank.
+        With a LoRA adapter: the policy with the adapter merged in (engine/lora.py)."""
+
+    @property
+    def compute_dtype(self) -> torch.dtype | None:
+        """The dtype the forward computes in (None: unknown); the sync check's tolerance reads it."""
+        return None
+
+    # ----- LoRA (engine/lora.py); engines without an adapter keep these defaults -----
+
+    @property
+    def lora_enabled(self) -> bool:
+        """Whether the engine trains a LoRA adapter on frozen base weights."""
+        return False
+
+    def base_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, full tensor) of the frozen base weights, without the adapter; a collective."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapter")
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """{PEFT saved name: full tensor, a copy} of the adapter; a collective."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapter")
+
+    def adapter_config(self) -> dict[str, Any]:
+        """The adapter's adapter_config.json (PEFT's layout)."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapter")
+
+    def adapter_disabled(self) -> Any:
+        """A context manager inside which `forward` computes the base model (the adapter off)."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapter")
 
     @abc.abstractmethod
     def save_checkpoint(self, directory: str | Path) -> None:

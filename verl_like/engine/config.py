@@ -21,6 +21,22 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 @dataclass(frozen=True)
+class LoraSettings:
+    """A PEFT LoRA adapter for the engine to train (engine/lora.py): rank, alpha, target_modules ("all-linear"
+    or module names), exclude_modules (names or a regex; None), adapter_path (a PEFT adapter to start from)."""
+
+    rank: int
+    alpha: int = 16
+    target_modules: str | tuple[str, ...] = "all-linear"
+    exclude_modules: str | tuple[str, ...] | None = None
+    adapter_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.alpha <= 0:
+            raise ValueError(f"LoraSettings: rank={self.rank} must be >= 1 and alpha={self.alpha} > 0")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Frozen settings of one training engine (one model on one data-parallel group).
 
@@ -72,6 +88,8 @@ class EngineConfig:
       reshard_after_forward: FSDP frees all-gathered parameters after each layer's forward (less memory, one more
         all-gather in backward).
       seed: seeds torch before the model is built, so freshly initialised heads are the same on every rank.
+      lora: LoraSettings: train a PEFT LoRA adapter on the frozen model (only its parameters get gradients and
+        optimizer state; checkpoints hold it alone); None trains every weight.
     """
 
     model_path: str
@@ -103,6 +121,7 @@ class EngineConfig:
     reshard_after_forward: bool = True
     seed: int = 0
     inference_only: bool = False
+    lora: LoraSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.model_path:

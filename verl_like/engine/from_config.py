@@ -15,10 +15,10 @@ from typing import Any
 from verl_like.config.actor import ActorConfig, FSDPConfig, PPOUpdateNode
 from verl_like.config.critic import CriticConfig
 from verl_like.config.errors import ConfigError
-from verl_like.config.model import RefConfig
+from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.reward import RewardModelConfig
 from verl_like.config.roles import CriticRoleConfig
-from verl_like.engine.config import EngineConfig
+from verl_like.engine.config import EngineConfig, LoraSettings
 
 
 def _fsdp_fields(fsdp: FSDPConfig) -> dict[str, Any]:
@@ -43,6 +43,7 @@ def build_engine_config(
     override_config: Mapping[str, Any] | None = None,
     trust_remote_code: bool = False,
     fused_kernels: bool = False,
+    lora: LoraSettings | None = None,
 ) -> EngineConfig:
     """The EngineConfig of the actor or critic node; override_config / trust_remote_code come from the role's
     `model` node (actor_rollout_ref.model or critic.model), fused_kernels from the actor's node."""
@@ -75,6 +76,7 @@ def build_engine_config(
         use_remove_padding=node.use_remove_padding,
         optimizer_offload=fsdp.optimizer_offload,
         seed=seed,
+        lora=lora,
         **_fsdp_fields(fsdp),
     )
 
@@ -87,13 +89,23 @@ def actor_engine_config(
     seed: int = 0,
     override_config: Mapping[str, Any] | None = None,
     trust_remote_code: bool = False,
+    lora: LoraSettings | None = None,
 ) -> EngineConfig:
     """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio;
-    override_config / trust_remote_code: actor_rollout_ref.model's)."""
+    override_config / trust_remote_code / lora: actor_rollout_ref.model's, see `lora_settings`)."""
     return build_engine_config(
         actor, "causal_lm", model_path, total_training_steps, seed,
         override_config=override_config, trust_remote_code=trust_remote_code, fused_kernels=actor.use_fused_kernels,
+        lora=lora,
     )
+
+
+def lora_settings(model: ModelConfig | None) -> LoraSettings | None:
+    """The LoRA adapter actor_rollout_ref.model asks for (lora_rank > 0), else None."""
+    if model is None or not model.lora_enabled:
+        return None
+    return LoraSettings(rank=model.lora_rank, alpha=model.lora_alpha, target_modules=model.target_modules,
+                        exclude_modules=model.exclude_modules, adapter_path=model.lora_adapter_path)
 
 
 def critic_engine_config(

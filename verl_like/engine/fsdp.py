@@ -25,6 +25,7 @@ from torch.distributed.tensor import DTensor
 from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine, WeightHoldings
 from verl_like.engine.config import EngineConfig, torch_dtype
 from verl_like.engine.fsdp_checkpoint import hf_files_writer, load_fsdp_checkpoint, save_fsdp_checkpoint
+from verl_like.engine import lora
 from verl_like.engine.hf_export import write_hf_directory
 from verl_like.engine.lr_schedule import WarmupSchedule
 from verl_like.engine.micro_batches import engine_inputs, engine_micro_batches, global_counts
@@ -85,6 +86,8 @@ class FSDPEngine(TrainEngine):
         self.group = self.mesh.get_group()
         model = load_model(config)
         self._hf_class = type(model)  # fully_shard swaps the class for an FSDP subclass; export needs the original
+        if config.lora is not None:
+            model = lora.apply_lora(model, config.lora)  # base frozen: only the adapter trains
         self.model = self._shard(model)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
@@ -92,7 +95,7 @@ class FSDPEngine(TrainEngine):
             _use_node_cpus_for_offload()
         if not config.inference_only:
             self.optimizer = torch.optim.AdamW(
-                self.model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps,
+                [p for p in self.model.parameters() if p.requires_grad], lr=config.lr, betas=config.betas, eps=config.eps,
                 weight_decay=config.weight_decay,
                 # Under offload_policy AdamW steps on CPU tensors, where the fused kernel is ~7x faster than the
                 # per-parameter loop torch picks for CPU by default (bench: 4 x 50M parameters, 2 threads).
@@ -265,26 +268,63 @@ class FSDPEngine(TrainEngine):
                 for name, param in self.model.named_parameters()}
 
     def full_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
+        if self.lora_enabled:
+            yield from lora.merged_state_iterator(self.model)
+            return
         for name, param in self.model.named_parameters():
             full = param.full_tensor() if isinstance(param, DTensor) else param
             yield name, full.detach()
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return torch_dtype(self.config.param_dtype or self.config.dtype)
+
+    @property
+    def lora_enabled(self) -> bool:
+        return self.config.lora is not None
+
+    def base_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
+        self._require_lora("base_state_iterator")
+        return lora.base_state_iterator(self.model)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        self._require_lora("adapter_state")
+        return lora.adapter_state(self.model)
+
+    def adapter_config(self) -> dict[str, Any]:
+        self._require_lora("adapter_config")
+        return lora.adapter_config(self.model, self.config.model_path)
+
+    def adapter_disabled(self) -> Any:
+        self._require_lora("adapter_disabled")
+        return lora.adapter_disabled(self.model)
+
+    def _require_lora(self, op: str) -> None:
+        if not self.lora_enabled:
+            raise RuntimeError(f"FSDPEngine.{op}: this engine trains no LoRA adapter (EngineConfig.lora is None)")
 
     def save_checkpoint(self, directory: str | Path) -> None:
         self._require_onloaded("save_checkpoint")
         self._require_optimizer("save_checkpoint")
         hf_files = hf_files_writer(self.model.config, self._hf_class.__name__, self.config.model_path)
+        if self.lora_enabled:
+            hf_files = lora.with_adapter_config(hf_files, self.model, self.config.model_path)
         save_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self._global_step, self.group,
-                             hf_files)
+                             hf_files, adapter_only=self.lora_enabled)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         self._require_onloaded("load_checkpoint")
         self._require_optimizer("load_checkpoint")
-        self._global_step = load_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self.group)
+        self._global_step = load_fsdp_checkpoint(directory, self.model, self.optimizer, self.scheduler, self.group,
+                                                 adapter_only=self.lora_enabled)
 
     def export_hf(self, directory: str | Path, tokenizer: Any | None = None) -> None:
         self._require_onloaded("export_hf")
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state_dict = get_model_state_dict(self.model, options=options)  # collective; full only on rank 0
+        if self.lora_enabled:  # the policy as a plain HF model
+            state_dict = {name: tensor.cpu() for name, tensor in lora.merged_state_iterator(self.model)}
+        else:
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state_dict = get_model_state_dict(self.model, options=options)  # collective; full only on rank 0
         if self.dp_rank == 0:
             write_hf_directory(directory, self._hf_class, self.model.config, state_dict, tokenizer)
         dist.barrier(group=self.group)

@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -56,6 +57,14 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _model_state(model: nn.Module, trainable_only: bool) -> dict[str, Any]:
+    state = get_model_state_dict(model)
+    if not trainable_only:
+        return state
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    return {key: value for key, value in state.items() if key in trainable}
+
+
 def _extra_file(directory: Path, rank: int) -> Path:
     return directory / f"extra_state_rank{rank}.pt"
 
@@ -68,16 +77,18 @@ def save_fsdp_checkpoint(
     global_step: int,
     group: dist.ProcessGroup | None,
     write_hf_files: Callable[[Path], None] | None = None,
+    adapter_only: bool = False,
 ) -> None:
     """Writes the checkpoint to `directory` atomically; a collective over `group`. Rank 0 calls
-    `write_hf_files(folder)` to fill the checkpoint's huggingface/ folder."""
+    `write_hf_files(folder)` to fill the checkpoint's huggingface/ folder. adapter_only: the model state is the
+    trainable (LoRA adapter) parameters alone; the frozen base is the model directory's."""
     final = Path(directory)
     rank = dist.get_rank(group)
     if rank == 0:
         prepare_staging(final)
     dist.barrier(group=group)
     staging = staging_path(final)
-    state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+    state = {"model": _model_state(model, adapter_only), "optimizer": get_optimizer_state_dict(model, optimizer)}
     dcp.save(state, checkpoint_id=staging, process_group=group)
     extra = {
         "scheduler": scheduler.state_dict(),
@@ -101,8 +112,10 @@ def load_fsdp_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     group: dist.ProcessGroup | None,
+    adapter_only: bool = False,
 ) -> int:
-    """Restores model, optimizer, scheduler and RNG from `directory`; returns the saved global step. Collective."""
+    """Restores model, optimizer, scheduler and RNG from `directory`; returns the saved global step. Collective.
+    adapter_only: the checkpoint holds the trainable parameters alone (save_fsdp_checkpoint's)."""
     directory = Path(directory)
     rank = dist.get_rank(group)
     if not _extra_file(directory, 0).is_file():
@@ -110,9 +123,9 @@ def load_fsdp_checkpoint(
             f"{directory} is not a finished engine checkpoint (no extra_state_rank0.pt); pass the directory that "
             "save_checkpoint wrote"
         )
-    state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+    state = {"model": _model_state(model, adapter_only), "optimizer": get_optimizer_state_dict(model, optimizer)}
     dcp.load(state, checkpoint_id=directory, process_group=group)
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=not adapter_only))
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     own = _extra_file(directory, rank)
     extra = torch.load(own if own.is_file() else _extra_file(directory, 0), weights_only=False)

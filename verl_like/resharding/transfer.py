@@ -53,10 +53,16 @@ class SyncStats:
     sent_bytes: int
     buckets: int
     mode: str
+    adapter_bytes: int = 0  # LoRA adapter-only syncs: the adapter's part of model_bytes (the rest is the base's)
 
     def metrics(self) -> dict[str, float]:
-        """Under `weight_sync/`; gb_per_s is model bytes (wire dtype) per second of wall time."""
+        """Under `weight_sync/`; gb_per_s is model bytes (wire dtype) per second of wall time. `sync/bytes`: the
+        weight bytes this sync moved (an adapter-only sync: the adapter's, plus the base's the first time)."""
+        adapter = {"sync/adapter_bytes": float(self.adapter_bytes),
+                   "sync/base_bytes": float(self.model_bytes - self.adapter_bytes)} if self.mode == "adapter" else {}
         return {
+            "sync/bytes": float(self.model_bytes),
+            **adapter,
             "weight_sync/wall_s": self.wall_s,
             "weight_sync/model_bytes": float(self.model_bytes),
             "weight_sync/loaded_bytes": float(self.loaded_bytes),

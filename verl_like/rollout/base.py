@@ -149,6 +149,28 @@ class RolloutEngine(abc.ABC):
         """The dtype of the engine's weights (what a transport sends), or None when it takes any."""
         return None
 
+    # ----- adapters and scoring (rollout/vllm_lora.py, rollout/sync_check.py); engines without them keep these -----
+
+    @property
+    def supports_adapters(self) -> bool:
+        """True when the engine serves base weights plus a LoRA adapter loaded with `load_adapter`."""
+        return False
+
+    def load_adapter(self, tensors: dict[str, torch.Tensor], adapter_config: dict[str, Any], version: int) -> None:
+        """Serves the adapter `tensors` (PEFT saved names; the engine may modify them) of trainer `version` from
+        now on, under a name never used before."""
+        raise NotImplementedError(f"{type(self).__name__} serves no LoRA adapters")
+
+    @property
+    def supports_scoring(self) -> bool:
+        """True when `score_log_probs` works (the sync check needs it)."""
+        return False
+
+    def score_log_probs(self, token_ids: list[int], start: int) -> list[float]:
+        """Log-probs (temperature 1) the engine's current policy (adapter included) gives tokens start.. of one
+        sequence, each given the tokens before it."""
+        raise NotImplementedError(f"{type(self).__name__} does not score sequences")
+
     @property
     def sleep_discards_weights(self) -> bool:
         """True when `sleep` throws the weights away (vLLM's sleep level 2): the owner must load them again

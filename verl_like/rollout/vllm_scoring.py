@@ -1,4 +1,5 @@
-"""A teacher's top-k log-probs on given sequences, from an in-process `vllm.LLM` (prompt log-probs).
+"""Scores given sequences with an in-process `vllm.LLM` (prompt log-probs): a teacher's top-k, and the sync check's
+probe (`score_token_log_probs`).
 
 The whole sequence (prompt + response) goes to vLLM as a prompt with `prompt_logprobs=k` and one generated token
 (discarded); position j of the prompt log-probs is the teacher's distribution over token j given the tokens
@@ -21,6 +22,21 @@ from verl_like.protocol import DataProto
 from verl_like.rollout import vllm_compat
 
 logger = logging.getLogger(__name__)
+
+
+def score_token_log_probs(llm, token_ids: list[int], start: int, lora_request=None) -> list[float]:
+    """The log-prob (temperature 1, no top-k/top-p) of each token start.. of `token_ids` given the tokens before
+    it, from one forward of the engine (prompt log-probs are computed, never served from the prefix cache)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    if not 0 < start < len(token_ids):
+        raise ValueError(f"score_token_log_probs: start={start} must lie in (0, {len(token_ids)})")
+    params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+    output = llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))], params, use_tqdm=False,
+                          lora_request=lora_request)[0]
+    return [vllm_compat.prompt_token_logprob(output.prompt_logprobs, position, token_ids[position])
+            for position in range(start, len(token_ids))]
 
 
 @dataclass(frozen=True)

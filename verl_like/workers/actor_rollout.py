@@ -50,13 +50,12 @@ from verl_like.config.topology import RoleTopology, Topology, actor_group_topolo
 from verl_like.experimental.agent_loop.engine_rollout import engine_agent_rollout, rows_use_agent_loops
 from verl_like.engine.base import TrainEngine
 from verl_like.engine.factory import build_engine
-from verl_like.engine.from_config import actor_engine_config, reference_engine_config
+from verl_like.engine.from_config import actor_engine_config, lora_settings, reference_engine_config
 from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
-from verl_like.resharding.layout import ModelShape, UnknownLayoutError
 from verl_like.resharding.transports import WeightTransport
-from verl_like.resharding.transports.full import FullTensorTransport
+from verl_like.resharding.transports.factory import build_colocated_transport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
 from verl_like.rollout.from_config import vllm_engine_options
@@ -116,9 +115,11 @@ class ActorRolloutWorker(Worker):
         self.override_config = dict(model.override_config) if model is not None else {}
         self.trust_remote_code = model.trust_remote_code if model is not None else False
         tokenizer_dir = model.tokenizer_path if model is not None and model.tokenizer_path else self.model_path
+        self.lora = lora_settings(model)
+        self.lora_merge = model is not None and model.lora.merge
         self.engine_config = actor_engine_config(
             actor, self.model_path, total_training_steps=total_training_steps, seed=seed,
-            override_config=self.override_config, trust_remote_code=self.trust_remote_code,
+            override_config=self.override_config, trust_remote_code=self.trust_remote_code, lora=self.lora,
         )
         self.topology = topology or actor_group_topology(self.world_size, actor, ref, rollout)
         self._register_meshes(self.topology)
@@ -153,7 +154,9 @@ class ActorRolloutWorker(Worker):
         from verl_like.rollout.vllm import VLLMRolloutEngine
 
         hf_overrides = resolved_overrides(self.hf_config(), self.override_config) if self.override_config else {}
-        options = vllm_engine_options(config, hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code)
+        serves_adapter = self.lora is not None and not self.lora_merge
+        options = vllm_engine_options(config, hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code,
+                                      lora_rank=self.lora.rank if serves_adapter else 0)
         return VLLMRolloutEngine(self.model_path, options)
 
     def hf_config(self) -> Any:
@@ -202,7 +205,9 @@ class ActorRolloutWorker(Worker):
         engine = build_engine(self.engine_config, actor_config.strategy, actor_config.megatron)
         self.actor = PPOActor(engine, actor_config, rollout_n=self.rollout_config.n)
         lap("actor_engine")
-        if self.ref_config is not None:
+        if self.ref_config is not None and engine.lora_enabled:
+            self.ref = ReferencePolicy(engine, adapter_disabled=True)  # the actor's base: no second copy
+        elif self.ref_config is not None:
             ref_engine = reference_engine_config(self.engine_config, self.ref_config)
             ref = self.ref_config
             self.ref = ReferencePolicy(build_engine(
@@ -456,23 +461,12 @@ class ActorRolloutWorker(Worker):
             engine.config = saved
 
     def _colocated_transport(self) -> WeightTransport | None:
-        """Sliced when the engine loads TP slices and the layout is known; else full tensors into the engine's
-        loader or the user's update_rollout_weights hook; None for a text hook without a weight hook."""
-        config = self.rollout_config
+        """resharding/transports/factory.py picks it; the user's update_rollout_weights hook, if overridden, wins
+        (None for a text hook without a weight hook: warned about at construction)."""
         engine = self._require(self.actor, "init_model").engine
-        if type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights:
-            return FullTensorTransport(engine, self.update_rollout_weights, mode="hook")
-        if self.rollout is None:
-            return None  # a text hook without a weight hook: warned about at construction
-        if config.weight_sync_mode == "sliced" and self.rollout.supports_slice_loading:
-            from verl_like.resharding.transports.colocated_sliced import SlicedTransport
-
-            try:
-                shape = ModelShape.from_hf_config(self.hf_config())
-                return SlicedTransport(engine, self.rollout, shape, config.bucket_bytes, config.weight_sync_timeout_s)
-            except UnknownLayoutError as err:
-                logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)
-        return FullTensorTransport(engine, self.rollout.load_weights)
+        overridden = type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights
+        return build_colocated_transport(engine, self.rollout, self.rollout_config, self.hf_config,
+                                         hook=self.update_rollout_weights if overridden else None)
 
     def _check_rollout_current(self, actor_step: int) -> None:
         """Raises unless the rollout engine holds the weights of `actor_step` (no transport: the user's text hook
@@ -493,11 +487,34 @@ class ActorRolloutWorker(Worker):
             return {}
         if self.rollout is not None:
             self.rollout.wake_up(["weights"])  # stage 1: weights only; the KV cache comes back for generation
+        if self._weights_discarded:
+            self.transport.forget_engine_weights()
         with self._onloaded(actor.engine):
-            stats = self.transport.send(version=actor.engine.global_step)
+            metrics = self.transport.send(version=actor.engine.global_step).metrics()
+            metrics.update(self._sync_check(actor.engine))
         self._synced_step = actor.engine.global_step
         self._weights_discarded = False
-        return {**stats.metrics(), "weight_sync/version": float(self._synced_step)}
+        return {**metrics, "weight_sync/version": float(self._synced_step)}
+
+    def _sync_check(self, engine: TrainEngine) -> dict[str, float]:
+        """rollout/sync_check.py on this rank's engine: rollout/sync_check_gap, or SyncCheckError naming it."""
+        from verl_like.rollout import sync_check
+
+        rollout, config = self.rollout, self.rollout_config
+        clients = getattr(self.transport, "clients", None)  # server mode: ServerTransport's, on rank 0
+        if config.sync_check and clients is not None:
+            wire = engine.compute_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
+            limit = sync_check.tolerance([wire, engine.compute_dtype], config.sync_check_tolerance)
+            return sync_check.check_servers(engine, clients, limit, engine.global_step, self.hf_config().vocab_size)
+        if not config.sync_check or rollout is None or not rollout.supports_scoring:
+            return {}
+        rollout.wake_up(["kv_cache"])  # scoring runs a forward; generation follows the sync and wakes it anyway
+        limit = sync_check.tolerance([rollout.weight_dtype, engine.compute_dtype], config.sync_check_tolerance)
+        adapter = getattr(rollout, "adapter_name", None)
+        label = f"rank {self.rank}'s in-process {type(rollout).__name__}" + (f" (adapter {adapter})" if adapter else "")
+        result = sync_check.check_colocated(engine, rollout, limit, label, engine.global_step, engine.global_step,
+                                            self.hf_config().vocab_size)
+        return result.metrics()
 
     def _wake_rollout(self) -> dict[str, float]:
         """Wakes the engine for generation; weight_sync/* metrics when its weights had to be loaded again."""

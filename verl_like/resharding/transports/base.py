@@ -5,6 +5,9 @@
 - `full.FullTensorTransport`: full tensors through the engine's own loader (the reference path, the fallback for
   unknown layouts, and a user's `update_rollout_weights` hook).
 - `server.ServerTransport`: vLLM servers, through vLLM's native weight-transfer API.
+- `adapter.AdapterTransport`: a LoRA policy into an in-process engine: the base weights once, then the adapter's
+  tensors alone.
+`factory.build_colocated_transport` picks the colocated one.
 Every trainer rank calls `send` together (the gathers are collectives).
 """
 
@@ -22,6 +25,9 @@ class WeightTransport(abc.ABC):
     def send(self, version: int) -> SyncStats:
         """Sends the current weights, tagged with policy `version` (the trainer's optimizer step); this rank's
         stats."""
+
+    def forget_engine_weights(self) -> None:
+        """The engine lost its weights (a sleep that discards them): the next `send` sends everything again."""
 
     def close(self) -> None:
         """Releases what the transport holds (groups, connections)."""

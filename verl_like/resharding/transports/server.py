@@ -269,6 +269,11 @@ class ServerTransport(WeightTransport):
         return SyncStats(wall_s=time.perf_counter() - start, model_bytes=sent, loaded_bytes=0, received_bytes=0,
                          sent_bytes=sent, buckets=buckets, mode="server")
 
+    @property
+    def clients(self) -> list[ServerClient]:
+        """The servers' clients on rank 0 (which sends); [] on the other ranks."""
+        return self.sender.clients if self.sender is not None else []
+
     def close(self) -> None:
         if self.sender is not None:
             self.sender.close()

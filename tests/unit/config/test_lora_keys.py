@@ -1,0 +1,54 @@
+"""LoRA keys: actor_rollout_ref.model.lora_* reach the actor's engine config; what a LoRA run cannot do here is
+refused before Ray, naming the key and the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_like.config import ConfigError, load_config
+from verl_like.engine.config import LoraSettings
+from verl_like.engine.from_config import lora_settings
+from verl_like.rollout.vllm_lora import vllm_max_lora_rank
+
+SMOKE = ["+trainer=ci_smoke"]
+M = "actor_rollout_ref.model"
+
+BAD = [
+    ([f"{M}.lora_rank=-1"], f"{M}.lora_rank=-1 must be >= 0"),
+    ([f"{M}.lora_rank=8", f"{M}.lora_alpha=0"], f"{M}.lora_alpha=0 must be > 0"),
+    ([f"{M}.lora_adapter_path=/some/adapter"], f"{M}.lora_adapter_path is set but lora_rank=0"),
+    ([f"{M}.lora_rank=8", f"{M}.target_modules=[]"], f"{M}.target_modules is empty"),
+    ([f"{M}.lora_rank=8", "actor_rollout_ref.actor.strategy=megatron"],
+     "the Megatron engine builds no adapters"),
+    (["algorithm.adv_estimator=gae", "critic.model.lora_rank=8"], "critic.model.lora_rank=8: the critic trains every"),
+    ([f"{M}.lora_rank=1024"], "exceeds vLLM's largest max_lora_rank 512"),
+    ([f"{M}.lora_rank=8", "actor_rollout_ref.rollout.sync_check_tolerance=0"],
+     "actor_rollout_ref.rollout.sync_check_tolerance=0.0 must be > 0"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_lora_setting_is_refused_naming_it(overrides, message, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(SMOKE + overrides)
+    assert message in str(excinfo.value)
+
+
+def test_lora_keys_reach_the_actor_engine_settings():
+    config = load_config(SMOKE + [f"{M}.lora_rank=8", f"{M}.lora_alpha=32", f"{M}.target_modules=[q_proj,v_proj]",
+                                  f"{M}.exclude_modules=[o_proj]", f"{M}.lora.merge=true"])
+    model = config.actor_rollout_ref.model
+    assert lora_settings(model) == LoraSettings(rank=8, alpha=32, target_modules=("q_proj", "v_proj"),
+                                                exclude_modules=("o_proj",))
+    assert model.lora.merge and config.actor_rollout_ref.rollout.sync_check
+
+
+def test_lora_is_off_by_default():
+    model = load_config(SMOKE).actor_rollout_ref.model
+    assert model.lora_rank == 0 and model.target_modules == "all-linear" and lora_settings(model) is None
+
+
+@pytest.mark.parametrize(("rank", "engine_rank"), [(1, 1), (4, 8), (8, 8), (9, 16), (300, 320), (512, 512)])
+def test_vllm_max_lora_rank_is_the_smallest_allowed_that_holds_the_adapter(rank, engine_rank):
+    assert vllm_max_lora_rank(rank) == engine_rank

@@ -1,0 +1,46 @@
+"""What a LoRA run (actor_rollout_ref.model.lora_rank > 0) cannot do here, refused before Ray with the reason."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from verl_like.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from verl_like.config.ppo import PPOConfig
+
+_M = "actor_rollout_ref.model"
+VLLM_LARGEST_LORA_RANK = 512  # vLLM's max_lora_rank choices end there (rollout/vllm_lora.py)
+
+
+def check_lora(config: PPOConfig) -> None:
+    """Raises ConfigError for a LoRA setting this build does not run, naming the key and the way out."""
+    critic_rank = config.critic.model.lora_rank
+    if critic_rank:
+        raise ConfigError(
+            f"critic.model.lora_rank={critic_rank}: the critic trains every weight here (a LoRA critic would need "
+            "its fresh value head trained beside the adapter, PEFT's modules_to_save, and no test covers it yet); "
+            "set critic.model.lora_rank=0"
+        )
+    model = config.actor_rollout_ref.model
+    if not model.lora_enabled:
+        return
+    arr = config.actor_rollout_ref
+    if arr.actor.strategy == "megatron":
+        raise ConfigError(
+            f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.actor.strategy=megatron: the Megatron engine "
+            "builds no adapters (megatron-core 0.16 / 0.19 ship no PEFT-compatible LoRA layers; verl takes them from "
+            "Megatron-Bridge, which is not a dependency here). Use actor_rollout_ref.actor.strategy=fsdp2, or "
+            f"{_M}.lora_rank=0"
+        )
+    if not model.lora.merge and arr.rollout.name == "vllm" and model.lora_rank > VLLM_LARGEST_LORA_RANK:
+        raise ConfigError(
+            f"{_M}.lora_rank={model.lora_rank} exceeds vLLM's largest max_lora_rank {VLLM_LARGEST_LORA_RANK}; lower "
+            f"it, or serve merged weights with {_M}.lora.merge=true"
+        )
+    if arr.rollout.mode == "server" and not model.lora.merge:
+        raise ConfigError(
+            f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server: adapter-only sync into "
+            f"vLLM servers is not built yet; serve the merged policy with {_M}.lora.merge=true (full weights "
+            "through the servers' weight-transfer engine), or use rollout.mode=colocate"
+        )
