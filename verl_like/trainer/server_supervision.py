@@ -26,6 +26,12 @@ from verl_like.rollout.server_pool import ServerPool
 logger = logging.getLogger(__name__)
 
 
+def last_line(error: BaseException, chars: int = 300) -> str:
+    """The last line of `error`'s message (a worker's error carries the remote traceback before it)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:chars]
+
+
 class ServerSupervision:
     """Restarts dead supervised servers (module doc).
 
@@ -87,8 +93,8 @@ class ServerSupervision:
             client.wait_healthy(self.start_timeout_s, alive=lambda s=supervisor: ray.get(s.alive.remote(), timeout=30))
             self.pool.mark_up(index)
             self.restarts += 1
-            logger.warning("restarted %s (cause: %s; after %s) in %.1f s; restart %d of max_restarts=%d", client,
-                           cause, error, time.monotonic() - start, self.restarts, self.max_restarts)
+            logger.warning("restarted %s (cause: %s; seen as: %s) in %.1f s; restart %d of max_restarts=%d", client,
+                           cause, last_line(error), time.monotonic() - start, self.restarts, self.max_restarts)
         start = time.monotonic()
         metrics = self.relink()
         logger.warning("sent the current weights to every server again (full sync) in %.1f s", time.monotonic() - start)
