@@ -10,7 +10,8 @@ shared by the rollout's thread pool hung a run and then failed with `ReadError: 
 no lock against the thread that was just handed the same connection, which then reads a socket closed under it
 (or, through a reused descriptor number, waits on an unrelated file until its read timeout). Idle connections are
 dropped after `KEEPALIVE_S`, before the server's own keep-alive (vLLM's uvicorn closes them after
-VLLM_HTTP_TIMEOUT_KEEP_ALIVE = 5 s), so a request is never written into a connection the server is closing.
+VLLM_HTTP_TIMEOUT_KEEP_ALIVE = 5 s), so a request is seldom written into a connection the server is closing; one
+that is (a thread stalled past the margin) is sent once more at once (`request(resend_stale=True)`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 # Below the servers' keep-alive (vLLM: 5 s) by a margin larger than any clock or scheduling skew.
 KEEPALIVE_S = 2.0
+# What a request written into a connection the server closed meanwhile fails with.
+STALE_CONNECTION_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class ServerError(RuntimeError):
@@ -93,11 +96,22 @@ class ServerClient:
             self._local.client = client
         return client
 
-    def request(self, method: str, route: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """The JSON answer of `method route`; raises ServerError on a transport error, a timeout or a non-2xx."""
+    def request(self, method: str, route: str, timeout_s: float | None = None, resend_stale: bool = False,
+                **kwargs: Any) -> Any:
+        """The JSON answer of `method route`; raises ServerError on a transport error, a timeout or a non-2xx.
+        resend_stale: for a request that may run twice (generation: seeded, stateless; reads), send it once more at
+        once when a kept-alive connection turns out closed by the server (disconnected or reset before an answer),
+        as browsers and urllib3 do; the server's keep-alive may close a connection just as it is reused."""
         timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
         try:
-            response = self._http.request(method, route, timeout=timeout, **kwargs)
+            try:
+                response = self._http.request(method, route, timeout=timeout, **kwargs)
+            except STALE_CONNECTION_ERRORS as err:
+                if not resend_stale:
+                    raise
+                logger.debug("%s: %s %s on a connection the server had closed (%s); sending it again", self,
+                             method, route, err)
+                response = self._http.request(method, route, timeout=timeout, **kwargs)
         except httpx.TimeoutException as err:
             limit = timeout_s if timeout_s is not None else self.timeout_s
             raise ServerError(f"{self}: {method} {route} timed out after {limit:.0f} s ({type(err).__name__})",
@@ -161,7 +175,7 @@ class ServerClient:
     def _probe_lean(self, timeout_s: float) -> bool:
         if self._lean is None:
             try:
-                self.request("GET", GENERATE_ROUTE, timeout_s=timeout_s)
+                self.request("GET", GENERATE_ROUTE, timeout_s=timeout_s, resend_stale=True)
                 self._lean = True
             except ServerError as err:
                 if err.status != 404:
@@ -176,7 +190,7 @@ class ServerClient:
         (default: the client's) bounds each read of the answer."""
         if self._probe_lean(min(10.0, timeout_s or self.timeout_s)):
             answer = self.request("POST", GENERATE_ROUTE, json={"prompt_token_ids": prompt_ids, "params": params},
-                                  timeout_s=timeout_s)
+                                  timeout_s=timeout_s, resend_stale=True)
             return [
                 Completion(decode_array(sample["token_ids"], "<i4").tolist(),
                            decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"])
@@ -186,7 +200,7 @@ class ServerClient:
         # every generated token once more (we read only token_ids and token_logprobs).
         body = {"model": self.model, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
                 "return_tokens_as_token_ids": True, "skip_special_tokens": False, **params}
-        answer = self.request("POST", "/v1/completions", json=body, timeout_s=timeout_s)
+        answer = self.request("POST", "/v1/completions", json=body, timeout_s=timeout_s, resend_stale=True)
         choices = sorted(answer["choices"], key=lambda choice: choice["index"])
         out = []
         for choice in choices:
