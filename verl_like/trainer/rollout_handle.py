@@ -76,7 +76,11 @@ class ServerModeRollout:
                 out = self.servers.generate(prompts, sampling)
                 break
             except ServerError as err:
-                if self._revive(err) is None:
+                try:
+                    revived = self._revive(err)
+                except ServerError as capped:  # past server.max_restarts
+                    raise ServerError(f"rollout failed: {capped}{self._server_logs()}") from err
+                if revived is None:
                     raise ServerError(f"rollout failed: {err}{self._server_logs()}") from err
         out.meta_info["temperature"] = sampling.log_prob_temperature
         if self.supervision is not None:

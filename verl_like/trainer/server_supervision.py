@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from verl_like.rollout.server_client import ServerError
 from verl_like.rollout.server_pool import ServerPool
 
 logger = logging.getLogger(__name__)
@@ -74,17 +75,19 @@ class ServerSupervision:
 
     def revive(self, error: BaseException) -> list[dict[str, float]] | None:
         """Restarts the dead supervised servers after `error`; returns the relink's weight_sync metrics, or None
-        when no supervised server is dead (the caller raises `error`). Raises when past max_restarts."""
+        when no supervised server is dead (the caller raises `error`). Past max_restarts raises ServerError naming
+        the dead servers."""
         if not self.supervisors:
             return None
         dead = self.dead()
         if not dead:
             return None
         if self.restarts + len(dead) > self.max_restarts:
-            raise RuntimeError(
-                f"{len(dead)} rollout server(s) died ({'; '.join(f'server {i}: {c}' for i, c in dead.items())}) "
-                f"after {self.restarts} restart(s) this run; actor_rollout_ref.rollout.server.max_restarts="
-                f"{self.max_restarts} allows no more") from error
+            named = "; ".join(f"{self.pool.clients[i]}: {cause}" for i, cause in sorted(dead.items()))
+            raise ServerError(
+                f"{last_line(error)}; {len(dead)} rollout server(s) died ({named}) after {self.restarts} restart(s) "
+                f"this run, and actor_rollout_ref.rollout.server.max_restarts={self.max_restarts} allows no more"
+            ) from error
         for index, cause in sorted(dead.items()):
             start = time.monotonic()
             supervisor = self.supervisors[index]
