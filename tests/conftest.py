@@ -42,8 +42,8 @@ def warmstart_model(verl_like_cache):
 @pytest.fixture(scope="session")
 def vllm_server(warmstart_model, tmp_path_factory):
     """One vLLM server for the session, started as a user starts one (`python -m verl_like.serve`) on the
-    default policy: fp32, loopback, our gloo weight-transfer engine. Tests that send it weights own it while
-    they run (each connects and syncs its own policy first). Yields its address."""
+    default policy: fp32, loopback, our gloo weight-transfer engine, fault hooks on. Tests that send it weights
+    own it while they run (each connects and syncs its own policy first). Yields its address."""
     import os
     import signal
     import subprocess
@@ -60,8 +60,9 @@ def vllm_server(warmstart_model, tmp_path_factory):
     from verl_like.workers.rollout_server import die_with_parent
 
     # Dies with this test process even when it is killed (its engine processes follow the server).
+    # VERL_LIKE_FAULT_HOOKS: tests/integration/rollout/test_server_faults.py arms its HTTP 500 hook.
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                               preexec_fn=die_with_parent)
+                               preexec_fn=die_with_parent, env={**os.environ, "VERL_LIKE_FAULT_HOOKS": "1"})
     address = f"http://127.0.0.1:{port}"
     client = ServerClient(address, "session server")
     try:

@@ -59,7 +59,15 @@ class RolloutServerConfig:
         [http://127.0.0.1:8000]; empty starts `rollout_pool` servers under Ray supervision. Their weight
         endpoints have no auth: keep them on loopback or a private network.
       start_timeout_s: how long a started server may take to answer /health (2 min is usual on 2 CPU cores).
-      request_timeout_s: bound of one generation request and of every weight-transfer call.
+      request_timeout_s: bound of one generation request (all its attempts: a request that cannot make progress
+        fails within it, naming the server) and of every weight-transfer call.
+      request_retries: how many times a generation request that failed below HTTP (refused, reset) or with HTTP
+        5xx is sent again (same seed), after a backoff of retry_backoff_s doubling up to 8 s, on another server
+        when one is up; counted in rollout/requests_retried. 0 fails at the first error.
+      retry_backoff_s: the first retry's backoff.
+      max_restarts: how many times per run the servers the trainer started may be restarted after dying (each on
+        its bundle and port, then a full weight sync; the failed rollout is generated again); past it the run ends
+        naming the server. Servers at `address` are never restarted. 0 ends the run at the first death.
       pause_mode: what in-flight requests do during a weight update: "abort" ends them, "keep" freezes them and
         continues them with the new weights after the update.
       weight_transfer: how weights reach the servers: "gloo" (our engine, through host memory: any device, any
@@ -74,6 +82,9 @@ class RolloutServerConfig:
     address: tuple[str, ...] = ()
     start_timeout_s: float = 600.0
     request_timeout_s: float = 600.0
+    request_retries: int = 4
+    retry_backoff_s: float = 0.5
+    max_restarts: int = 3
     pause_mode: str = "abort"
     weight_transfer: str = "auto"
     max_concurrent_requests: int = 256
@@ -88,6 +99,9 @@ class RolloutServerConfig:
                 raise ConfigError(f"{p}.address entry {url!r} must be a URL like http://127.0.0.1:8000")
         if not self.start_timeout_s > 0 or not self.request_timeout_s > 0:
             raise ConfigError(f"{p}.start_timeout_s and {p}.request_timeout_s must be > 0")
+        if self.request_retries < 0 or self.retry_backoff_s < 0 or self.max_restarts < 0:
+            raise ConfigError(f"{p}.request_retries={self.request_retries}, {p}.retry_backoff_s="
+                              f"{self.retry_backoff_s} and {p}.max_restarts={self.max_restarts} must be >= 0")
         if self.pause_mode not in PAUSE_MODES:
             raise ConfigError(f"{p}.pause_mode={self.pause_mode!r} is not one of {PAUSE_MODES}")
         if self.weight_transfer not in WEIGHT_TRANSFERS:

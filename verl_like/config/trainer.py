@@ -109,6 +109,10 @@ class TrainerConfig:
         (null: all).
       resume_mode: "disable" (fresh start), "auto" (continue from the newest checkpoint in default_local_dir if
         any), "resume_path" (continue from resume_from_path, a global_step_N folder).
+      max_restarts: when a trainer worker dies (kill -9, OOM, a lost node), tear the worker groups down, start
+        them again and resume from the newest checkpoint in default_local_dir, in the same process, up to this
+        many times per run (trainer/restarts.py); a death at the same step as the previous one ends the run with
+        both errors. 0 (default): the first death ends the run.
     """
 
     project_name: str = "verl_like"
@@ -137,9 +141,12 @@ class TrainerConfig:
     max_critic_ckpt_to_keep: int | None = None
     resume_mode: str = "auto"
     resume_from_path: str | None = None
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         p = "trainer"
+        if self.max_restarts < 0:
+            raise ConfigError(f"{p}.max_restarts={self.max_restarts} must be >= 0 (0: a dead worker ends the run)")
         for name in self.logger:
             if name not in LOGGER_BACKENDS:
                 raise ConfigError(f"{p}.logger contains {name!r}; valid loggers: {', '.join(LOGGER_BACKENDS)}")

@@ -2,11 +2,22 @@
 
 Every call has a timeout and checks the status; a failure raises `ServerError` naming the server and the route.
 Request shapes that differ between vLLM releases come from `vllm_compat` (this module imports no vLLM).
+
+Each thread talks through an `httpx.Client` of its own: no connection is ever shared between threads. One client
+shared by the rollout's thread pool hung a run and then failed with `ReadError: [Errno 9] Bad file descriptor`
+(issue #32): httpcore's pool closes idle connections (keep-alive expired, closed by the server, or above
+`max_keepalive_connections`, a count that is really the pool's total) from whichever thread next enters it, with
+no lock against the thread that was just handed the same connection, which then reads a socket closed under it
+(or, through a reused descriptor number, waits on an unrelated file until its read timeout). Idle connections are
+dropped after `KEEPALIVE_S`, before the server's own keep-alive (vLLM's uvicorn closes them after
+VLLM_HTTP_TIMEOUT_KEEP_ALIVE = 5 s), so a request is seldom written into a connection the server is closing; one
+that is (a thread stalled past the margin) is sent once more at once (`request(resend_stale=True)`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +32,25 @@ logger = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
+# Below the servers' keep-alive (vLLM: 5 s) by a margin larger than any clock or scheduling skew.
+KEEPALIVE_S = 2.0
+# What a request written into a connection the server closed meanwhile fails with.
+STALE_CONNECTION_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
 class ServerError(RuntimeError):
-    """A vLLM server did not answer, or answered with an error; the message names the server and the route."""
+    """A vLLM server did not answer, or answered with an error; the message names the server and the route.
+
+    status: the HTTP status it answered with (None when it did not answer); transport: the request failed below
+    HTTP (refused, reset, disconnected), so the server may be gone; timed_out: no answer within the timeout.
+    """
+
+    def __init__(self, message: str, status: int | None = None, transport: bool = False,
+                 timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transport = transport
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)
@@ -41,11 +69,10 @@ class ServerClient:
         self.address = address.rstrip("/")
         self.name = name
         self.timeout_s = timeout_s
-        self._http = httpx.Client(
-            base_url=self.address,
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        )
+        self.connect_timeout_s = connect_timeout_s
+        self._local = threading.local()
+        self._clients: list[httpx.Client] = []
+        self._clients_lock = threading.Lock()
         self._model: str | None = None
         self._lean: bool | None = None
 
@@ -54,18 +81,46 @@ class ServerClient:
 
     # ----- plumbing -----
 
-    def request(self, method: str, route: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """The JSON answer of `method route`; raises ServerError on a transport error, a timeout or a non-2xx."""
+    @property
+    def _http(self) -> httpx.Client:
+        """This thread's HTTP client (module doc: connections are never shared between threads)."""
+        client = getattr(self._local, "client", None)
+        if client is None or client.is_closed:
+            client = httpx.Client(
+                base_url=self.address,
+                timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
+                limits=httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S),
+            )
+            with self._clients_lock:
+                self._clients.append(client)
+            self._local.client = client
+        return client
+
+    def request(self, method: str, route: str, timeout_s: float | None = None, resend_stale: bool = False,
+                **kwargs: Any) -> Any:
+        """The JSON answer of `method route`; raises ServerError on a transport error, a timeout or a non-2xx.
+        resend_stale: for a request that may run twice (generation: seeded, stateless; reads), send it once more at
+        once when a kept-alive connection turns out closed by the server (disconnected or reset before an answer),
+        as browsers and urllib3 do; the server's keep-alive may close a connection just as it is reused."""
         timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
         try:
-            response = self._http.request(method, route, timeout=timeout, **kwargs)
+            try:
+                response = self._http.request(method, route, timeout=timeout, **kwargs)
+            except STALE_CONNECTION_ERRORS as err:
+                if not resend_stale:
+                    raise
+                logger.debug("%s: %s %s on a connection the server had closed (%s); sending it again", self,
+                             method, route, err)
+                response = self._http.request(method, route, timeout=timeout, **kwargs)
         except httpx.TimeoutException as err:
             limit = timeout_s if timeout_s is not None else self.timeout_s
-            raise ServerError(f"{self}: {method} {route} timed out after {limit:.0f} s ({type(err).__name__})") from err
+            raise ServerError(f"{self}: {method} {route} timed out after {limit:.0f} s ({type(err).__name__})",
+                              timed_out=True) from err
         except httpx.HTTPError as err:
-            raise ServerError(f"{self}: {method} {route} failed: {type(err).__name__}: {err}") from err
+            raise ServerError(f"{self}: {method} {route} failed: {type(err).__name__}: {err}", transport=True) from err
         if response.status_code >= 300:
-            raise ServerError(f"{self}: {method} {route} answered HTTP {response.status_code}: {response.text[:500]}")
+            raise ServerError(f"{self}: {method} {route} answered HTTP {response.status_code}: {response.text[:500]}",
+                              status=response.status_code)
         if not response.content:
             return None
         try:
@@ -73,10 +128,10 @@ class ServerClient:
         except ValueError:
             return response.text
 
-    def healthy(self) -> bool:
-        """True when GET /health answers 200 within a few seconds."""
+    def healthy(self, timeout_s: float = 5.0) -> bool:
+        """True when GET /health answers 200 within `timeout_s`."""
         try:
-            return self._http.get("/health", timeout=5.0).status_code == 200
+            return self._http.get("/health", timeout=timeout_s).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -115,19 +170,27 @@ class ServerClient:
     def lean(self) -> bool:
         """Whether the server has verl_like's lean generation route (servers started by `verl_like.serve` do;
         a plain `vllm serve` answers 404 and gets OpenAI completion requests)."""
+        return self._probe_lean(10.0)
+
+    def _probe_lean(self, timeout_s: float) -> bool:
         if self._lean is None:
             try:
-                self._lean = self._http.get(GENERATE_ROUTE, timeout=10.0).status_code == 200
-            except httpx.HTTPError as err:
-                raise ServerError(f"{self}: GET {GENERATE_ROUTE} failed: {type(err).__name__}: {err}") from err
-            if not self._lean:
+                self.request("GET", GENERATE_ROUTE, timeout_s=timeout_s, resend_stale=True)
+                self._lean = True
+            except ServerError as err:
+                if err.status != 404:
+                    raise
+                self._lean = False
                 logger.info("%s has no %s route: generating through /v1/completions", self, GENERATE_ROUTE)
         return self._lean
 
-    def complete(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Completion]:
-        """The `params["n"]` samples of one prompt, in sample order (token ids in, token ids out)."""
-        if self.lean:
-            answer = self.request("POST", GENERATE_ROUTE, json={"prompt_token_ids": prompt_ids, "params": params})
+    def complete(self, prompt_ids: list[int], params: dict[str, Any], timeout_s: float | None = None
+                 ) -> list[Completion]:
+        """The `params["n"]` samples of one prompt, in sample order (token ids in, token ids out); `timeout_s`
+        (default: the client's) bounds each read of the answer."""
+        if self._probe_lean(min(10.0, timeout_s or self.timeout_s)):
+            answer = self.request("POST", GENERATE_ROUTE, json={"prompt_token_ids": prompt_ids, "params": params},
+                                  timeout_s=timeout_s, resend_stale=True)
             return [
                 Completion(decode_array(sample["token_ids"], "<i4").tolist(),
                            decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"])
@@ -137,7 +200,7 @@ class ServerClient:
         # every generated token once more (we read only token_ids and token_logprobs).
         body = {"model": self.model, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
                 "return_tokens_as_token_ids": True, "skip_special_tokens": False, **params}
-        answer = self.request("POST", "/v1/completions", json=body)
+        answer = self.request("POST", "/v1/completions", json=body, timeout_s=timeout_s, resend_stale=True)
         choices = sorted(answer["choices"], key=lambda choice: choice["index"])
         out = []
         for choice in choices:
@@ -176,4 +239,8 @@ class ServerClient:
         self.request("POST", "/shutdown_weight_transfer_engine")
 
     def close(self) -> None:
-        self._http.close()
+        """Closes every thread's client (call it when no request of this client is in flight)."""
+        with self._clients_lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()

@@ -15,18 +15,27 @@ middleware of the server's FastAPI app, in the server's front process). It answe
 
 through the same engine client the OpenAI routes use, so `/pause`, `/resume` and the weight updates act on these
 requests as on any other. Every other path passes through untouched.
+
+Fault hook (tests; only in a server started with VERL_LIKE_FAULT_HOOKS=1, else 404):
+
+    POST /verl_like/fault  {"http_500_for_s": float}  -> the generation route answers HTTP 500 for that long
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import time
 import uuid
 from typing import Any
 
 import numpy as np
 
 ROUTE = "/verl_like/generate"
+FAULT_ROUTE = "/verl_like/fault"
+FAULT_HOOKS_ENV = "VERL_LIKE_FAULT_HOOKS"
 VERSION = 1
+_faults = {"http_500_until": 0.0}  # this server process's armed faults (monotonic deadlines)
 # The sampling fields a client may set (SamplingConfig.vllm_fields); log-probs, detokenization and the output
 # kind are fixed here.
 SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop_token_ids", "seed")
@@ -70,13 +79,17 @@ def encode_output(output: Any) -> list[dict[str, Any]]:
 
 
 async def generate_route(request: Any, call_next: Any) -> Any:
-    """vLLM `--middleware`: serves ROUTE, hands every other request on."""
+    """vLLM `--middleware`: serves ROUTE (and FAULT_ROUTE when enabled), hands every other request on."""
+    if request.url.path == FAULT_ROUTE and os.environ.get(FAULT_HOOKS_ENV) == "1":
+        return await fault_route(request)
     if request.url.path != ROUTE:
         return await call_next(request)
     from starlette.responses import JSONResponse
 
     if request.method == "GET":
         return JSONResponse({"version": VERSION})
+    if time.monotonic() < _faults["http_500_until"]:
+        return JSONResponse({"error": "fault hook: answering HTTP 500 (POST /verl_like/fault)"}, status_code=500)
     try:
         body = await request.json()
         prompt = [int(token) for token in body["prompt_token_ids"]]
@@ -93,3 +106,12 @@ async def generate_route(request: Any, call_next: Any) -> Any:
     if final is None:
         return JSONResponse({"error": "generation ended without an output"}, status_code=500)
     return JSONResponse({"samples": encode_output(final)})
+
+
+async def fault_route(request: Any) -> Any:
+    """Arms the faults the body names (module doc)."""
+    from starlette.responses import JSONResponse
+
+    body = await request.json()
+    _faults["http_500_until"] = time.monotonic() + float(body.get("http_500_for_s", 0.0))
+    return JSONResponse({"armed": body})

@@ -1,51 +1,83 @@
 """`ServerRollout`: generation through vLLM servers from the driver, the same batch layout as the in-process engine.
 
 One completion request per prompt (token ids in, token ids and processed log-probs out; nothing is
-re-tokenised), each sent to the server with the fewest requests in flight, so several servers are data parallel.
-Prompt i of a call samples with seed `sampling.seed + i * n`, as the in-process engines do.
+re-tokenised), each sent to the server with the fewest requests in flight, so several servers are data parallel;
+failed requests are retried as `ServerPool` says. Prompt i of a call samples with seed `sampling.seed + i * n`, as
+the in-process engines do, so a retried request samples what its first try would have.
+
+Each request runs in a thread of the pool; the caller waits for them with a watchdog: a request still running
+WATCHDOG_SLACK_S after its deadline (request_timeout_s from its start, which the request's own read timeouts should
+already enforce) fails the call naming its server, whatever blocks the thread.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from verl_like.protocol import DataProto
 from verl_like.rollout.base import SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
-from verl_like.rollout.server_client import Completion, ServerClient
+from verl_like.rollout.server_client import Completion, ServerClient, ServerError
+from verl_like.rollout.server_pool import RetryStats, ServerPool
 
 logger = logging.getLogger(__name__)
 
+WATCHDOG_SLACK_S = 30.0
+
+
+class _Request:
+    """One prompt's request: when its thread started it (None while queued)."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+
 
 class ServerRollout:
-    """Generates through `clients` (one per server); `max_concurrent` bounds the requests in flight."""
+    """Generates through `clients` (one per server); `max_concurrent` bounds the requests in flight.
+    `pool_options` go to `ServerPool` (request_timeout_s, request_retries, retry_backoff_s, on_unresponsive,
+    health_period_s)."""
 
-    def __init__(self, clients: list[ServerClient], pad_token_id: int, max_concurrent: int = 256) -> None:
+    def __init__(self, clients: list[ServerClient], pad_token_id: int, max_concurrent: int = 256,
+                 watchdog_slack_s: float = WATCHDOG_SLACK_S, **pool_options: Any) -> None:
         if not clients:
             raise ValueError("ServerRollout needs at least one server")
+        pool_options.setdefault("request_timeout_s", max(client.timeout_s for client in clients))
         self.clients = clients
+        self.servers = ServerPool(clients, **pool_options)
         self.pad_token_id = pad_token_id
-        self._in_flight = [0] * len(clients)
-        self._lock = threading.Lock()
+        self.watchdog_slack_s = watchdog_slack_s
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="rollout-http")
 
-    def _least_loaded(self) -> int:
-        with self._lock:
-            index = min(range(len(self.clients)), key=lambda i: self._in_flight[i])
-            self._in_flight[index] += 1
-            return index
+    def _complete(self, request: _Request, tokens: list[int], params: dict[str, Any], stats: RetryStats
+                  ) -> list[Completion]:
+        request.started = time.monotonic()
+        return self.servers.complete(tokens, params, stats)
 
-    def _complete(self, tokens: list[int], params: dict[str, Any]) -> list[Completion]:
-        index = self._least_loaded()
+    def _wait(self, futures: list[Future], requests: list[_Request]) -> list[list[Completion]]:
+        """The requests' results in order; raises the first failure, or ServerError for a request past its
+        deadline plus WATCHDOG_SLACK_S (module doc). Unstarted requests of a failed call are cancelled."""
+        limit = self.servers.request_timeout_s + self.watchdog_slack_s
         try:
-            return self.clients[index].complete(tokens, params)
-        finally:
-            with self._lock:
-                self._in_flight[index] -= 1
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    future.result()  # raises the request's error
+                now = time.monotonic()
+                stuck = [r for r, f in zip(requests, futures) if f in pending and r.started and now - r.started > limit]
+                if stuck:
+                    raise ServerError(
+                        f"{len(stuck)} generation request(s) made no progress for {limit:.0f} s (request_timeout_s="
+                        f"{self.servers.request_timeout_s:g} + {self.watchdog_slack_s:g}); servers {self.clients}, "
+                        f"down: {self.servers.down() or 'none'}", timed_out=True)
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
 
     def complete_on(self, tokens: list[int], params: dict[str, Any], sticky: dict[str, int],
                     session: str) -> list[Completion]:
@@ -67,19 +99,27 @@ class ServerRollout:
         """Returns the rollout batch for `prompts` (layout in `RolloutEngine`)."""
         token_lists = prompt_token_lists(prompts)
         start = time.perf_counter()
+        self.servers.check_health(force=True)  # a server marked down in an earlier call may be back
+        stats = RetryStats()
+        requests = [_Request() for _ in token_lists]
         futures = [
-            self._pool.submit(self._complete, tokens, sampling.vllm_fields(index))
-            for index, tokens in enumerate(token_lists)
+            self._pool.submit(self._complete, request, tokens, sampling.vllm_fields(index), stats)
+            for index, (request, tokens) in enumerate(zip(requests, token_lists))
         ]
-        samples = [future.result() for future in futures]
+        samples = self._wait(futures, requests)
         seconds = time.perf_counter() - start
         responses = [sample.token_ids for group in samples for sample in group]
         log_probs = [sample.log_probs for group in samples for sample in group]
         metrics = generation_metrics(responses)
         metrics.update(rollout_rate(metrics["rollout/generated_tokens"], seconds))  # this client sees every server
+        metrics["rollout/requests_retried"] = float(stats.retried)
+        if stats.retried:
+            logger.warning("%d request(s) were retried in this rollout; first causes: %s", stats.retried,
+                           stats.causes)
         return build_rollout_batch(prompts, responses, log_probs, sampling, self.pad_token_id, metrics)
 
     def close(self) -> None:
+        self.servers.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for client in self.clients:
             client.close()

@@ -109,9 +109,12 @@ class PPOTrainer(LoopTrainer):
             return super().fit()
         from verl_like.trainer.launch import start_ray
 
+        from verl_like.trainer.restarts import fit_with_restarts
+
         start_ray(self.config, reward_fn=self._reward_fn)
         try:
             self.init_workers()
-            return super().fit()
+            return fit_with_restarts(super().fit, self.restart_workers, lambda: self.global_step,
+                                     self.config.trainer.max_restarts)
         finally:
             self.shutdown()

@@ -11,6 +11,7 @@ from verl_like.single_controller import init_ray
 from verl_like.single_controller.cluster import job_scratch_path
 from verl_like.trainer.ppo_trainer import PPOTrainer
 from verl_like.trainer.preflight import run_preflight
+from verl_like.trainer.restarts import fit_with_restarts
 from verl_like.trainer.run_summary import format_summary
 from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
@@ -61,7 +62,8 @@ def launch(config: PPOConfig, *, preflight: bool = True, **trainer_kwargs: Any) 
     trainer = PPOTrainer(config, **trainer_kwargs)
     try:
         trainer.init_workers()
-        metrics = trainer.fit()
+        metrics = fit_with_restarts(trainer.fit, trainer.restart_workers, lambda: trainer.global_step,
+                                    trainer_cfg.max_restarts)
     finally:
         trainer.shutdown()
     # After the workers are gone (and Ray's deferred messages with them): how the run went, and where it is.

@@ -95,6 +95,7 @@ class PPOTrainer:
         self.tracking: Tracking | None = None
         self._prefetcher: RolloutPrefetcher | None = None
         self._staleness_counts: dict[int, int] = {}
+        self._resume_mode: str | None = None  # "auto" after restart_workers()
 
     # ------------------------------------------------------------------ setup
     def init_workers(self) -> None:
@@ -117,8 +118,18 @@ class PPOTrainer:
             raise RuntimeError("call PPOTrainer.init_workers() before fit()")
         return self.components
 
+    def restart_workers(self) -> None:
+        """After a worker died (trainer.max_restarts, trainer/restarts.py): releases every group and starts them
+        again; the next fit() resumes from the newest checkpoint of this run (the configured resume_mode when this
+        run wrote none yet)."""
+        self.shutdown()
+        self.global_step = 0
+        self._staleness_counts = {}
+        self._resume_mode = "auto" if self.checkpoints.latest_step(required_parts=["actor"]) is not None else None
+        self.init_workers()
+
     def _resume(self) -> None:
-        mode = self.config.trainer.resume_mode
+        mode = self._resume_mode or self.config.trainer.resume_mode
         if mode == "disable":
             return
         if mode == "resume_path":

@@ -10,6 +10,7 @@ metrics. Weights move only in `sync_weights` (and, colocated, when an engine's s
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from verl_like.trainer.server_placement import server_placement
 if TYPE_CHECKING:  # server mode's HTTP client (httpx) is imported only when a run uses servers
     from verl_like.rollout.server_client import ServerClient
     from verl_like.rollout.servers import ServerRollout
+    from verl_like.trainer.server_supervision import ServerSupervision
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +55,15 @@ class ServerModeRollout:
     """vLLM servers: generation from the driver, weights from the actor group's rank 0 (module doc)."""
 
     def __init__(self, rollout_config: Any, actor_rollout: RoleHandle, servers: ServerRollout,
-                 supervisors: list[Any] | None = None, pool: ResourcePool | None = None) -> None:
+                 supervisors: list[Any] | None = None, pool: ResourcePool | None = None,
+                 supervision: ServerSupervision | None = None) -> None:
         self.config = rollout_config
         self.actor_rollout = actor_rollout
         self.servers = servers
         self.supervisors = supervisors or []
         self.pool = pool
+        self.supervision = supervision  # restarts dead servers we started (trainer/server_supervision.py)
+        self._driver_thread = threading.current_thread()  # the one that may restart servers (worker-group calls)
         self.agents: Any = None  # an AgentLoopRunner once start_agent_loops ran
         self._token_generator: Any = None
 
@@ -71,29 +76,50 @@ class ServerModeRollout:
                                                      self.config.server.max_concurrent_requests)
 
     def generate(self, prompts: DataProto) -> DataProto:
-        """Same meta_info as `ActorRolloutWorker.generate_sequences`: a GenerationRequest."""
+        """Same meta_info as `ActorRolloutWorker.generate_sequences`: a GenerationRequest. On the driver's thread,
+        a rollout that failed because a supervised server died is generated again after its restart."""
         from verl_like.experimental.agent_loop.engine_rollout import rows_use_agent_loops
 
         sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(self.config)
         from verl_like.rollout.server_client import ServerError
 
-        try:
-            if rows_use_agent_loops(self.agents, prompts):
-                out = self.agents.run_sync(prompts, sampling, self._token_generator, self.servers.pad_token_id)
-            else:
-                out = self.servers.generate(prompts, sampling)
-        except ServerError as err:
-            raise ServerError(f"rollout failed: {err}{self._server_logs()}") from err
+        while True:
+            try:
+                if rows_use_agent_loops(self.agents, prompts):
+                    out = self.agents.run_sync(prompts, sampling, self._token_generator, self.servers.pad_token_id)
+                else:
+                    out = self.servers.generate(prompts, sampling)
+                break
+            except ServerError as err:
+                try:
+                    revived = self._revive(err)
+                except ServerError as capped:  # past server.max_restarts
+                    raise ServerError(f"rollout failed: {capped}{self._server_logs()}") from err
+                if revived is None:
+                    raise ServerError(f"rollout failed: {err}{self._server_logs()}") from err
         out.meta_info["temperature"] = sampling.log_prob_temperature
+        if self.supervision is not None:
+            out.meta_info.setdefault("metrics", {})["rollout/server_restarts"] = float(self.supervision.restarts)
         return out
 
     def sync_weights(self) -> list[dict[str, float]]:
-        metrics = self.actor_rollout.sync_weights()
+        try:
+            metrics = self.actor_rollout.sync_weights()
+        except Exception as err:  # a server died during the update: restarted, relinked and synced, or raised
+            metrics = self._revive(err)
+            if metrics is None:
+                raise
         if self._token_generator is not None:  # turns generated from now on carry the new version
             versions = [m.get("weight_sync/version") for m in metrics if m and "weight_sync/version" in m]
             if versions:
                 self._token_generator.version = int(max(versions))
         return metrics
+
+    def _revive(self, error: BaseException) -> list[dict[str, float]] | None:
+        """Restarts dead supervised servers (only on the driver's thread); None when nothing was restarted."""
+        if self.supervision is None or threading.current_thread() is not self._driver_thread:
+            return None
+        return self.supervision.revive(error)
 
     def _server_logs(self) -> str:
         """The tails of dead servers' logs, for an error message."""

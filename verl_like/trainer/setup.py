@@ -156,6 +156,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
     vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
     moment would distort. Servers on devices of their own were launched before the trainer's workers."""
     from verl_like.rollout.servers import ServerRollout
+    from verl_like.trainer.server_supervision import ServerSupervision
 
     rollout = config.actor_rollout_ref.rollout
     if launched is None:
@@ -164,15 +165,28 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         launched = _launch_servers(config, model_path, trainer_pool)
     clients, supervisors, pool = launched.wait_ready()
     startup["startup/servers_s"] = time.monotonic() - launched.started
-    servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests)
-    handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool)
+    servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests,
+                            request_timeout_s=rollout.server.request_timeout_s,
+                            request_retries=rollout.server.request_retries,
+                            retry_backoff_s=rollout.server.retry_backoff_s)
+    # Partial rollout freezes in-flight requests across an update instead of waiting for them.
+    pause_mode = "keep" if config.async_training.partial_rollout else rollout.server.pause_mode
+    weight_transfer = server_weight_transfer(config, resolve_device(config.trainer.device))
+    addresses = [client.address for client in clients]
+
+    def link() -> list[dict[str, float]]:
+        return actor_rollout.connect_rollout_servers(addresses, pause_mode, weight_transfer)
+
+    supervision = None
+    if supervisors:
+        supervision = ServerSupervision(supervisors, servers.servers, link, rollout.server.max_restarts,
+                                        rollout.server.start_timeout_s)
+        servers.servers.on_unresponsive = supervision.stop_unresponsive
+    handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool, supervision)
     try:
         startup.update(slowest_rank(pending.result()))
-        # Partial rollout freezes in-flight requests across an update instead of waiting for them.
-        pause_mode = "keep" if config.async_training.partial_rollout else rollout.server.pause_mode
         started = time.perf_counter()
-        weight_transfer = server_weight_transfer(config, resolve_device(config.trainer.device))
-        actor_rollout.connect_rollout_servers([client.address for client in clients], pause_mode, weight_transfer)
+        link()
         startup["startup/first_sync_s"] = time.perf_counter() - started
     except BaseException:
         handle.close()

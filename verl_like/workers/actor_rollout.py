@@ -239,7 +239,8 @@ class ActorRolloutWorker(Worker):
     def connect_rollout_servers(self, addresses: list[str], pause_mode: str | None = None,
                                 weight_transfer: str = "gloo") -> dict[str, float]:
         """Server mode: links this group to the vLLM servers at `addresses` (rank 0 sends, through vLLM's
-        weight-transfer API) and sends the current weights once; weight_sync/* metrics. pause_mode: what in-flight
+        weight-transfer API) and sends the current weights once (again after a server restarted: a new group, a
+        full sync); weight_sync/* metrics. pause_mode: what in-flight
         requests do during an update ("abort" or "keep"; default rollout.server.pause_mode). weight_transfer:
         "gloo" or "ipc", the servers' engine (trainer/server_placement.py:server_weight_transfer resolves auto)."""
         from verl_like.resharding.transports.server import ServerTransport, ServerTransportOptions
@@ -252,6 +253,9 @@ class ActorRolloutWorker(Worker):
             pause_mode=pause_mode or config.server.pause_mode, address=node_ip_address(), wire_dtype=wire_dtype,
             weight_transfer=weight_transfer,
         )
+        if self.transport is not None:  # linking again (a restarted server): the old group goes first
+            self.transport.close()
+            self.transport = None
         self.transport = ServerTransport(self._require(self.actor, "connect_rollout_servers").engine,
                                          list(addresses), options)
         self._synced_step = None

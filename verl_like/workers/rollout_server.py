@@ -47,10 +47,13 @@ class RolloutServerWorker:
         self.extra_args = list(extra_args)
         self.log_path = Path(log_dir or tempfile.gettempdir()) / f"verl_like_server_{index}_{os.getpid()}.log"
         self.process: subprocess.Popen | None = None
+        self.port: int | None = None
 
     def start(self) -> str:
-        """Launches the server process; returns its address (http://host:port)."""
-        port = free_port(self.host)
+        """Launches the server process; returns its address (http://host:port). A restart keeps the port, so the
+        trainer's clients and weight transport reach the new server at the old address."""
+        port = self.port if self.port is not None else free_port(self.host)
+        self.port = port
         command = [
             sys.executable, "-m", "verl_like.serve", self.model_path, "--port", str(port), "--host", self.host,
             "--tensor-parallel-size", str(self.tensor_parallel_size), "--device", self.device, *self.extra_args,
@@ -63,6 +66,13 @@ class RolloutServerWorker:
         log.close()
         logger.info("server %d: pid %d on %s:%d, log %s", self.index, self.process.pid, self.host, port, self.log_path)
         return f"http://{self.host}:{port}"
+
+    def restart(self) -> str:
+        """Ends the server (if it still runs) and launches it again on the same port; returns its address."""
+        self.stop()
+        with open(self.log_path, "ab") as log:
+            log.write(b"\n--- verl_like: restarting the server ---\n")
+        return self.start()
 
     def node_ip(self) -> str:
         """This node's address (where a server bound to 0.0.0.0 is reached)."""

@@ -151,6 +151,31 @@ def _session_processes(sid: int) -> list[str]:
     return [" ".join(r) for r in rows if len(r) == 3 and int(r[1]) == sid]
 
 
+def test_a_killed_worker_restarts_the_run_from_its_checkpoint_in_the_same_process(cache_dir, tmp_path,
+                                                                                 uninterrupted):
+    """trainer.max_restarts=1: kill -9 of an FSDP worker (vLLM inside) once step 2 and its checkpoint are written;
+    the driver starts the groups again in the same process, resumes from step 2 and finishes: every logged step
+    (those before the kill, and the steps trained again) equals the uninterrupted run's; nothing is left."""
+    run = tmp_path / "restarted"
+    metrics = run / "metrics.jsonl"
+    proc = _main_ppo([*RESUMABLE, "trainer.max_restarts=1", f"trainer.default_local_dir={run}"], cache_dir)
+    try:
+        _wait_for_step(proc, metrics, 2)  # the step-2 checkpoint is written before step 2 is logged
+        workers = [row.split(None, 2)[0] for row in _session_processes(proc.pid) if "WorkerHost" in row]
+        assert len(workers) == 2, _session_processes(proc.pid)
+        os.kill(int(workers[-1]), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-6000:]
+    assert "restarting the worker groups from the newest checkpoint (restart 1 of trainer.max_restarts=1)" in out
+    expected = {r["step"]: r for r in read_metrics(uninterrupted / "metrics.jsonl")}
+    _assert_every_step_matches(metrics, expected)
+    assert [r["step"] for r in read_metrics(metrics)][-2:] == [3, 4]
+    _assert_no_process_left(proc.pid)
+
+
 def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
     """The embedded default (no preset), only fewer steps: held-out greedy reward must rise clearly."""
     out = _run(["trainer.total_training_steps=10", "trainer.test_freq=5", f"trainer.default_local_dir={tmp_path}"],

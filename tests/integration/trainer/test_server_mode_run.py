@@ -2,8 +2,9 @@
 
 - With an external server (the session's, started by `python -m verl_like.serve`) through `server.address`, the
   default job raises the held-out reward as the colocated one does.
-- With a server the trainer starts on `rollout_pool`, killing that server mid-run ends the job within the timeout,
-  naming the server, and no vLLM process outlives the job. Such servers launch before the trainer's workers; when
+- With a server the trainer starts on `rollout_pool`, killing that server mid-run restarts it and the run goes on
+  as if nothing happened; with `server.max_restarts=0` the kill ends the job within the timeout, naming the server.
+  No vLLM process outlives either job. Such servers launch before the trainer's workers; when
   the workers cannot start, the launched servers are released too.
 - The asynchronous driver reproduces the synchronous run at staleness 0, raises the reward at staleness 1, and an
   async run killed with kill -9 resumes at its first untrained batch: its rollout dumps show every batch of the
@@ -49,6 +50,30 @@ def vllm_processes() -> dict[int, str]:
 def server_fronts() -> set[int]:
     """Pids of the vLLM server front processes on this machine."""
     return {pid for pid, command in vllm_processes().items() if "api_server" in command}
+
+
+def kill_the_started_server_after_a_step(proc, run: Path, before: dict[int, str]) -> None:
+    """Once the job `proc` has logged a step under `run`, kill -9 the one server front it started (not in
+    `before`)."""
+    deadline = time.monotonic() + 600
+    metrics = run / "metrics.jsonl"
+    while not (metrics.exists() and read_metrics(metrics)):
+        assert proc.poll() is None, proc.stdout.read()[-4000:]
+        assert time.monotonic() < deadline, "no step within 600 s"
+        time.sleep(0.5)
+    started = {pid: args for pid, args in vllm_processes().items() if pid not in before}
+    fronts = [pid for pid, args in started.items() if "api_server" in args]
+    assert len(fronts) == 1, started
+    os.kill(fronts[0], signal.SIGKILL)
+
+
+def assert_only_these_vllm_processes_remain(before: dict[int, str]) -> None:
+    """No vLLM process but those of `before` is left (within 30 s: a process killed through its parent's death
+    takes a moment to be reaped)."""
+    deadline = time.monotonic() + 30
+    while set(vllm_processes()) != set(before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert set(vllm_processes()) == set(before), vllm_processes()
 
 
 class WorkerThatFailsOnceTheServerRuns(ActorRolloutWorker):
@@ -107,18 +132,10 @@ def test_a_killed_server_ends_the_job_naming_it_and_nothing_is_left(cache_dir, t
     before = vllm_processes()  # the session's server
     proc = _main_ppo(["+trainer=ci_smoke", "actor_rollout_ref.rollout.mode=server", "trainer.total_training_steps=500",
                       "actor_rollout_ref.rollout.server.request_timeout_s=60", "trainer.test_freq=-1",
+                      "actor_rollout_ref.rollout.server.max_restarts=0",
                       f"trainer.default_local_dir={tmp_path}"], cache_dir)
     try:
-        deadline = time.monotonic() + 600
-        metrics = tmp_path / "metrics.jsonl"
-        while not (metrics.exists() and read_metrics(metrics)):
-            assert proc.poll() is None, proc.stdout.read()[-4000:]
-            assert time.monotonic() < deadline, "no step within 600 s"
-            time.sleep(0.5)
-        started = {pid: args for pid, args in vllm_processes().items() if pid not in before}
-        fronts = [pid for pid, args in started.items() if "api_server" in args]
-        assert len(fronts) == 1, started
-        os.kill(fronts[0], signal.SIGKILL)
+        kill_the_started_server_after_a_step(proc, tmp_path, before)
         killed = time.monotonic()
         out, _ = proc.communicate(timeout=120)
         ended = time.monotonic() - killed
@@ -130,13 +147,38 @@ def test_a_killed_server_ends_the_job_naming_it_and_nothing_is_left(cache_dir, t
     assert "server 0 (http://127.0.0.1:" in out, out[-3000:]
     # servers on a pool of their own were launched before the trainer's workers started (their starts overlap)
     assert out.index("resource pool 'rollout_pool'") < out.index("worker group 'hybrid'"), out[:3000]
-    deadline = time.monotonic() + 30  # an engine killed by its parent's death takes a moment to be reaped
-    while set(vllm_processes()) != set(before) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert set(vllm_processes()) == set(before), vllm_processes()
+    assert_only_these_vllm_processes_remain(before)
 
 
 SERVER = ["actor_rollout_ref.rollout.mode=server"]
+
+
+def test_a_killed_server_is_restarted_and_the_run_matches_the_uninterrupted_one(cache_dir, tmp_path, vllm_server,
+                                                                                external_server_job):
+    """kill -9 of the server the trainer started, once step 1 is logged: it is restarted on its bundle and port,
+    receives the current weights, and the rollout or sync it broke runs again; the steps after the kill equal the
+    uninterrupted external-server job's (same seeds, same weights), and no vLLM process is left."""
+    before = vllm_processes()  # the session's server
+    proc = _main_ppo([*SERVER, "trainer.test_freq=5", "trainer.total_training_steps=4",
+                      "actor_rollout_ref.rollout.server.max_restarts=1", f"trainer.default_local_dir={tmp_path}"],
+                     cache_dir)
+    try:
+        kill_the_started_server_after_a_step(proc, tmp_path, before)
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-6000:]
+    assert "restarted server 0 (http://127.0.0.1:" in out, out[-6000:]
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    trained = [r for r in records if r["step"] > 0]
+    assert [r["step"] for r in trained] == [1, 2, 3, 4]
+    assert trained[0]["rollout/server_restarts"] == 0.0 and trained[-1]["rollout/server_restarts"] == 1.0
+    expected = {r["step"]: r for r in read_metrics(external_server_job / "metrics.jsonl")}
+    for have in trained:
+        for key in DETERMINISTIC:
+            assert have[key] == pytest.approx(expected[have["step"]][key], rel=1e-6, abs=1e-7), (have["step"], key)
+    assert_only_these_vllm_processes_remain(before)
 
 
 def test_async_driver_at_staleness_zero_reproduces_the_synchronous_run(cache_dir, tmp_path, vllm_server,
@@ -177,6 +219,7 @@ def test_async_driver_at_staleness_one_raises_the_held_out_reward(cache_dir, tmp
     # async_training.scale_lr_by_staleness lowers the rate only from lag 2 on: staleness 1 trains at the full lr.
     assert all(r["async/lr_scale"] == 1.0 and r["actor/lr"] == pytest.approx(1e-3, rel=1e-12) for r in trained)
     assert all(any(k.startswith("rollout_is/") for k in r) for r in trained)  # the IS correction ran every step
+    assert all(r["rollout/requests_retried"] == 0.0 for r in trained)  # issue #32: no request needed a retry
 
 
 def read_dumps(directory: Path) -> dict[int, list[dict]]:
@@ -279,9 +322,6 @@ def test_servers_launched_before_the_workers_are_released_when_the_workers_fail(
                           "reward_model.scoring_workers=0"])
     with pytest.raises(Exception, match=r"this worker fails on purpose \(new server fronts: \{\d+\}\)"):
         build_components(config, actor_rollout_worker=WorkerThatFailsOnceTheServerRuns)
-    deadline = time.monotonic() + 30  # a server killed through its supervisor's death takes a moment to be reaped
-    while set(vllm_processes()) != set(before) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert set(vllm_processes()) == set(before), vllm_processes()
+    assert_only_these_vllm_processes_remain(before)
     names = [pg["name"] for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
     assert not any("rollout_pool" in name or "global_pool" in name for name in names), names

@@ -26,6 +26,8 @@ def test_rollout_mode_accepts_ours_and_verls_names(value, mode):
     ([SERVER, "actor_rollout_ref.rollout.name=hf"], r"mode=server serves vLLM; set actor_rollout_ref.rollout.name"),
     ([SERVER, "actor_rollout_ref.rollout.server.address=[127.0.0.1:8000]"], r"must be a URL like http://"),
     ([SERVER, "actor_rollout_ref.rollout.server.pause_mode=wait"], r"server.pause_mode='wait' is not one of"),
+    ([SERVER, "actor_rollout_ref.rollout.server.request_retries=-1"], r"server.request_retries=-1, .* must be >= 0"),
+    ([SERVER, "actor_rollout_ref.rollout.server.max_restarts=-2"], r"server.max_restarts=-2 must be >= 0"),
     ([SERVER, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "rollout_pool.n_gpus_per_node=3"],
      r"tensor_model_parallel_size=2 does not divide rollout_pool.n_gpus_per_node=3"),
     (["rollout_pool.nnodes=0"], r"rollout_pool.nnodes=0 .* must both be >= 1"),
