@@ -18,7 +18,6 @@ BAD = [
     (["reward_model.model.fsdp_config.model_dtype=fp16"], "reward_model.model.fsdp_config.model_dtype='fp16'"),
     (["actor_rollout_ref.ref.fsdp_config.optimizer_offload=true"],
      "actor_rollout_ref.ref.fsdp_config.optimizer_offload=true but the reference policy has no optimizer"),
-    (["algorithm.filter_groups.metric=seq_reward"], "algorithm.filter_groups.metric='seq_reward' must be one of"),
     (["reward_model.error_policy=ignore"],
      "reward_model.error_policy='ignore' must be one of ('fail', 'zero', 'skip')"),
     (["reward_model.max_error_fraction=2"], "reward_model.max_error_fraction=2.0 must lie in [0, 1]"),

@@ -24,6 +24,10 @@ def test_answers_are_correct_and_encodable(task):
         question, answer = row["prompt"][0]["content"], row["reward_model"]["ground_truth"]
         flawed = row["extra_info"]["flawed_answer"]
         check_encodable(question + answer + flawed)
+        if task == "calc":  # a 3-digit times a 2-digit number; the flaw has one digit wrong
+            a, b = (int(x) for x in question.split()[1].split("*"))
+            assert int(answer) == a * b and len(flawed) == len(answer) and flawed != answer
+            continue
         if task == "add":
             a, b = (int(x) for x in question.removesuffix("=?").split("+"))
             assert int(answer) == a + b
@@ -62,7 +66,7 @@ def test_asking_for_more_held_out_questions_than_exist():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match=r"unknown synthetic task 'mul'; known tasks: \['add', 'reverse', 'sort'\]"):
+    with pytest.raises(ValueError, match=r"unknown synthetic task 'mul'; known tasks: \['add', 'calc', 'reverse', 'sort'\]"):
         generate_split("mul", "train", 5)
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         generate_split("add", "dev", 5)
