@@ -162,7 +162,7 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         f"actor_rollout_ref.model.use_remove_padding={str(not megatron).lower()}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={str(not (args.no_grad_ckpt or megatron)).lower()}",
         f"actor_rollout_ref.actor.strategy={args.strategy}",
-        f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={args.megatron_tp}",
+        *([f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={args.megatron_tp}"] if megatron else []),
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tokens_per_gpu}",

@@ -111,13 +111,13 @@ class HFRolloutEngine(RolloutEngine):
             prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses)
         )
 
-    @torch.no_grad()
     def token_generator(self, max_model_len: int) -> Any:
         """Agent loops' generate on this engine, one request at a time (the reference)."""
         from verl_like.rollout.token_generate import HFTokenGenerator
 
         return HFTokenGenerator(self, max_model_len)
 
+    @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copies full tensors into the model's parameters/buffers by HF name."""
         targets = dict(self.model.named_parameters())

@@ -40,6 +40,14 @@ def probe_token_ids(vocab_size: int, length: int = PROBE_LENGTH) -> list[int]:
     return torch.randint(0, vocab_size, (length,), generator=generator).tolist()
 
 
+def probe(vocab_size: int, max_model_len: int | None = None) -> tuple[list[int], int]:
+    """The probe's token ids and the position its scored tokens start at, fitted to the engine's context limit (a
+    prompt-log-prob request needs one token of room to generate): PROBE_LENGTH tokens scored from PROBE_SCORED_FROM,
+    or as many as fit with the first third as context."""
+    length = PROBE_LENGTH if max_model_len is None else max(2, min(PROBE_LENGTH, max_model_len - 1))
+    return probe_token_ids(vocab_size, length), min(PROBE_SCORED_FROM, max(1, length // 3))
+
+
 def probe_batch(token_ids: list[int], start: int = PROBE_SCORED_FROM) -> DataProto:
     """One row in the rollout's layout: prompt token_ids[:start], response token_ids[start:], no padding."""
     ids = torch.tensor([token_ids], dtype=torch.long)
@@ -99,11 +107,11 @@ def trainer_probe_log_probs(train_engine, token_ids: list[int], start: int = PRO
 
 
 def check_colocated(train_engine, rollout, limit: float, engine: str, engine_version: int | None,
-                    trainer_version: int, vocab_size: int) -> SyncCheckResult:
+                    trainer_version: int, vocab_size: int, max_model_len: int | None = None) -> SyncCheckResult:
     """Scores the probe in the in-process `rollout` engine and in `train_engine` and compares them."""
-    token_ids = probe_token_ids(vocab_size)
-    trained = trainer_probe_log_probs(train_engine, token_ids)
-    served = rollout.score_log_probs(token_ids, PROBE_SCORED_FROM)
+    token_ids, start = probe(vocab_size, max_model_len)
+    trained = trainer_probe_log_probs(train_engine, token_ids, start)
+    served = rollout.score_log_probs(token_ids, start)
     result = compare(served, trained, limit, engine, engine_version, trainer_version)
     logger.debug("sync check %s: gap %.3g (max %.3g)", engine, result.gap, result.gap_max)
     return result
@@ -120,12 +128,13 @@ def server_probe_log_probs(client, token_ids: list[int], start: int = PROBE_SCOR
     return [float(entries[position][str(token_ids[position])]["logprob"]) for position in range(start, len(token_ids))]
 
 
-def check_servers(train_engine, clients: list, limit: float, trainer_version: int, vocab_size: int) -> dict[str, float]:
+def check_servers(train_engine, clients: list, limit: float, trainer_version: int, vocab_size: int,
+                  max_model_len: int | None = None) -> dict[str, float]:
     """Scores the probe on every server in `clients` (rank 0's; other ranks pass []) and in `train_engine` (every
     rank: a collective); SyncCheckError naming the first server whose gap exceeds `limit`. The largest gap."""
-    token_ids = probe_token_ids(vocab_size)
-    trained = trainer_probe_log_probs(train_engine, token_ids)
-    results = [compare(server_probe_log_probs(client, token_ids), trained, limit, str(client),
+    token_ids, start = probe(vocab_size, max_model_len)
+    trained = trainer_probe_log_probs(train_engine, token_ids, start)
+    results = [compare(server_probe_log_probs(client, token_ids, start), trained, limit, str(client),
                        trainer_version, trainer_version) for client in clients]
     if not results:
         return {}

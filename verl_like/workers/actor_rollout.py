@@ -509,7 +509,8 @@ class ActorRolloutWorker(Worker):
         if config.sync_check and clients is not None:
             wire = engine.compute_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
             limit = sync_check.tolerance([wire, engine.compute_dtype], config.sync_check_tolerance)
-            return sync_check.check_servers(engine, clients, limit, engine.global_step, self.hf_config().vocab_size)
+            return sync_check.check_servers(engine, clients, limit, engine.global_step, self.hf_config().vocab_size,
+                                            config.engine_max_model_len)
         if not config.sync_check or rollout is None or not rollout.supports_scoring:
             return {}
         rollout.wake_up(["kv_cache"])  # scoring runs a forward; generation follows the sync and wakes it anyway
@@ -517,7 +518,7 @@ class ActorRolloutWorker(Worker):
         adapter = getattr(rollout, "adapter_name", None)
         label = f"rank {self.rank}'s in-process {type(rollout).__name__}" + (f" (adapter {adapter})" if adapter else "")
         result = sync_check.check_colocated(engine, rollout, limit, label, engine.global_step, engine.global_step,
-                                            self.hf_config().vocab_size)
+                                            self.hf_config().vocab_size, config.engine_max_model_len)
         return result.metrics()
 
     def _wake_rollout(self) -> dict[str, float]:

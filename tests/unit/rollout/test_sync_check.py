@@ -41,3 +41,15 @@ def test_a_gap_above_the_tolerance_fails_naming_the_engine_and_both_versions(ser
         sync_check.compare(served, torch.tensor([-1.0, -2.0]), 1e-3, "server 0 (http://h:1)", 4, 5)
     message = str(excinfo.value)
     assert "server 0 (http://h:1) holding version 4 does not serve the trainer's policy of version 5" in message
+
+
+def test_probe_fits_the_engine_context_limit():
+    """A prompt-log-prob request needs a token of room: the probe shrinks to max_model_len - 1, scored from its
+    first third; unlimited engines get the fixed probe."""
+    ids, start = sync_check.probe(100)
+    assert (len(ids), start) == (sync_check.PROBE_LENGTH, sync_check.PROBE_SCORED_FROM)
+    ids, start = sync_check.probe(100, max_model_len=24)
+    assert (len(ids), start) == (23, 7)
+    assert ids == sync_check.probe_token_ids(100, 23)
+    ids, start = sync_check.probe(100, max_model_len=4)
+    assert (len(ids), start) == (3, 1)
