@@ -127,9 +127,9 @@ class ServerPool:
             if self.clients[index].healthy(HEALTH_TIMEOUT_S):
                 self.mark_up(index)
 
-    def _acquire(self, avoid: int | None) -> int:
-        """The index of the up server with the fewest requests in flight (not `avoid` when another is up),
-        counted in flight. With every server down, probes their /health once; raises ServerError naming them all
+    def _acquire(self, avoid: int | None, prefer: int | None = None) -> int:
+        """The index of `prefer` when it is up, else of the up server with the fewest requests in flight (not
+        `avoid` when another is up), counted in flight. With every server down, probes their /health once; raises ServerError naming them all
         when none answers."""
         for probe in (False, True):
             if probe:
@@ -139,7 +139,7 @@ class ServerPool:
                 if len(up) > 1 and avoid in up:
                     up.remove(avoid)
                 if up:
-                    index = min(up, key=lambda i: self._in_flight[i])
+                    index = prefer if prefer in up else min(up, key=lambda i: self._in_flight[i])
                     self._in_flight[index] += 1
                     return index
                 down = dict(self._down)
@@ -150,16 +150,23 @@ class ServerPool:
         with self._lock:
             self._in_flight[index] -= 1
 
-    def complete(self, tokens: list[int], params: dict[str, Any], stats: RetryStats | None = None
-                 ) -> list[Completion]:
-        """The samples of one prompt (`ServerClient.complete`), retried on another server as the module doc says."""
+    def complete(self, tokens: list[int], params: dict[str, Any], stats: RetryStats | None = None,
+                 sticky: dict[str, int] | None = None, session: str | None = None) -> list[Completion]:
+        """The samples of one prompt (`ServerClient.complete`), retried on another server as the module doc says.
+        With `sticky`, one turn of the multi-turn `session`: it goes to the server that served the session's last
+        turn (whose prefix cache holds the earlier turns) while that one is up, and `sticky[session]` records the
+        server that answered."""
         deadline = time.monotonic() + self.request_timeout_s
         avoid: int | None = None
+        prefer = sticky.get(session) if sticky is not None else None
         for attempt in range(self.request_retries + 1):
-            index = self._acquire(avoid)
+            index = self._acquire(avoid, prefer if attempt == 0 else None)
             client = self.clients[index]
             try:
-                return client.complete(tokens, params, timeout_s=max(deadline - time.monotonic(), 1.0))
+                completions = client.complete(tokens, params, timeout_s=max(deadline - time.monotonic(), 1.0))
+                if sticky is not None:
+                    sticky[session] = index
+                return completions
             except ServerError as err:
                 left = deadline - time.monotonic()
                 if not retryable(err) or attempt == self.request_retries or left <= 0:

@@ -82,18 +82,9 @@ class ServerRollout:
     def complete_on(self, tokens: list[int], params: dict[str, Any], sticky: dict[str, int],
                     session: str) -> list[Completion]:
         """`complete` for one turn of a multi-turn session: a session's turns go to the server its first turn took
-        (whose prefix cache holds the earlier turns), the first to the least loaded one."""
-        with self._lock:
-            index = sticky.get(session)
-            if index is None:
-                index = min(range(len(self.clients)), key=lambda i: self._in_flight[i])
-                sticky[session] = index
-            self._in_flight[index] += 1
-        try:
-            return self.clients[index].complete(tokens, params)
-        finally:
-            with self._lock:
-                self._in_flight[index] -= 1
+        (whose prefix cache holds the earlier turns) while it is up, the first to the least loaded one; failures are
+        retried as every request is (ServerPool)."""
+        return self.servers.complete(tokens, params, RetryStats(), sticky=sticky, session=session)
 
     def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         """Returns the rollout batch for `prompts` (layout in `RolloutEngine`)."""

@@ -191,3 +191,24 @@ def test_a_server_that_stops_answering_health_during_requests_is_marked_down_and
     finally:
         release.set()
         pool.close()
+
+
+def test_a_sessions_turns_stick_to_their_server_and_move_when_it_goes_down():
+    """Multi-turn sessions (agent loops): later turns go where the first went (its prefix cache), even when
+    another server has fewer requests in flight; when that server fails the turn moves and sticks there."""
+    servers = [FakeClient("server 0"), FakeClient("server 1")]
+    pool = ServerPool(servers, request_timeout_s=30, retry_backoff_s=0.0)
+    sticky: dict[str, int] = {}
+    pool.complete([1], {}, sticky=sticky, session="a")
+    assert sticky == {"a": 0}  # a first turn goes to the least loaded server (ties: the lower index)
+    sticky["b"] = 1
+    for _ in range(3):  # both idle: without the session, each would go to server 0
+        pool.complete([1, 2], {}, sticky=sticky, session="a")
+        pool.complete([1, 2], {}, sticky=sticky, session="b")
+    assert [len(s.calls) for s in servers] == [4, 3]
+    servers[0].script = [reset("server 0")]
+    servers[0].is_healthy = False
+    pool.complete([1, 2, 3], {}, sticky=sticky, session="a")
+    assert sticky["a"] == 1 and list(pool.down()) == [0]
+    pool.complete([1, 2, 3, 4], {}, sticky=sticky, session="a")
+    assert [len(s.calls) for s in servers] == [5, 5]
