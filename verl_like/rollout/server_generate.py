@@ -38,7 +38,8 @@ VERSION = 1
 _faults = {"http_500_until": 0.0}  # this server process's armed faults (monotonic deadlines)
 # The sampling fields a client may set (SamplingConfig.vllm_fields); log-probs, detokenization and the output
 # kind are fixed here.
-SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop_token_ids", "seed")
+SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop_token_ids", "seed",
+                   "repetition_penalty", "min_tokens")  # the last two: agent loops (verl's sampling_params)
 
 
 def encode_array(values: list[float] | list[int], dtype: str) -> str:

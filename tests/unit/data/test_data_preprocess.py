@@ -72,6 +72,23 @@ def test_gsm8k_script_end_to_end_from_parquet(tmp_path):
     assert default_compute_score(rows[1].data_source, "so\n#### 1,200", rows[1].ground_truth) == 1.0
 
 
+def test_gsm8k_tool_rows_run_the_tool_agent_and_load_as_chat(tmp_path):
+    """The GSM8K calculator preset's rows: a system message offering the tool, then gsm8k.py's user turn, and the
+    row's agent loop named (verl's `agent_name` column)."""
+    source = tmp_path / "train.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in GSM8K))
+    output = tmp_path / "tool" / "train.parquet"
+    subprocess.run([sys.executable, str(SCRIPTS / "gsm8k_tool.py"), "--input", str(source), "--split", "train",
+                    "--output", str(output)], check=True, cwd=ROOT, capture_output=True)
+    table = pq.read_table(output).to_pylist()
+    assert [r["agent_name"] for r in table] == ["tool_agent", "tool_agent"]
+    assert [m["role"] for m in table[0]["prompt"]] == ["system", "user"] and "calculator" in table[0]["prompt"][0][
+        "content"]
+    assert table[0]["prompt"][1] == gsm8k.convert(GSM8K[0], "train", 0)["prompt"][0]
+    rows = load_rows([str(output)])
+    assert [r.ground_truth for r in rows] == ["7", "1200"]
+
+
 def test_math_script_from_a_folder_of_problem_files(tmp_path):
     for i, record in enumerate(MATH):
         folder = tmp_path / "MATH" / "test" / ("algebra" if i == 0 else "prealgebra")
