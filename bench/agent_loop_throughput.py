@@ -121,7 +121,7 @@ def prompt_batch(rows: int, prompt_len: int, vocab_size: int, seed: int) -> Data
                                             position_ids=torch.arange(prompt_len).expand(rows, -1).clone()))
 
 
-def runner_for(prompt_len: int, response_len: int):
+def runner_for(model_dir: Path, prompt_len: int, response_len: int):
     from verl_like.config.loader import load_config
     from verl_like.experimental.agent_loop.runner import AgentLoopRunner, agent_config_view
 
@@ -129,6 +129,7 @@ def runner_for(prompt_len: int, response_len: int):
         "actor_rollout_ref.rollout.multi_turn.enable=true", "data.return_raw_chat=true",
         "actor_rollout_ref.rollout.agent.default_agent_loop=bench_scripted_tool_agent",
         f"data.max_prompt_length={prompt_len}", f"data.max_response_length={response_len}",
+        f"actor_rollout_ref.model.path={model_dir}",
     ])
     return AgentLoopRunner(agent_config_view(config), tokenizer=None)
 
@@ -186,7 +187,7 @@ def main() -> None:
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     prompts = prompt_batch(args.rows, args.prompt_len, vocab, seed=0)
-    runner = runner_for(args.prompt_len, response_len)
+    runner = runner_for(model_dir, args.prompt_len, response_len)
     generator = rollout.token_generator(max_model_len)
     agent_sampling = SamplingConfig(n=args.n, temperature=1.0, max_tokens=response_len, ignore_eos=True, seed=0)
     single_sampling = SamplingConfig(n=args.n, temperature=1.0, max_tokens=args.turns * args.turn_tokens,

@@ -3,21 +3,18 @@
 rollout (n samples per prompt) → judge: the run's reward (rule/custom scorer and/or reward model, as for PPO)
 → one (best, worst) pair per prompt (`select_preference_pairs`; all-equal prompts skipped or paired at random)
 → reference log-probs of the pair rows → DPO update (workers/dpo_update.py) → weight sync into the rollout engine.
-Data, rewards, rollout, validation, checkpoints and tracking are PPOTrainer's.
+It is the loop's update phase when online_dpo.enable (trainer/phases.py): data, rewards, the rollout phase,
+validation, checkpoints and tracking are the loop's.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 
 from verl_like.algorithms.dpo import PreferencePairs, select_preference_pairs
 from verl_like.protocol import DataProto
-from verl_like.trainer.metrics import mean_metrics, throughput_metrics, timed
-
-if TYPE_CHECKING:
-    from verl_like.trainer.ppo_trainer import PPOTrainer
+from verl_like.trainer.metrics import mean_metrics, timed
+from verl_like.trainer.phases import StepContext
 
 
 def pair_rows(batch: DataProto, pairs: PreferencePairs) -> DataProto:
@@ -39,34 +36,29 @@ def judge_pairs(batch: DataProto, tie_breaking: str, seed: int) -> PreferencePai
     return select_preference_pairs(scores, group_ids, tie_breaking=tie_breaking, generator=generator)
 
 
-def online_dpo_step(trainer: PPOTrainer) -> dict[str, float]:
-    """One online-DPO step of `trainer`; returns its metrics.
+def online_dpo_update(ctx: StepContext, batch: DataProto, timings: dict[str, float],
+                      metrics: dict[str, float]) -> DataProto:
+    """The online-DPO update phase on the rollout phase's scored `batch`; returns it (what throughput counts).
 
     Besides the actor/dpo_* update metrics: critic/score/{mean,max,min} of all samples, dpo/valid_pair_frac,
-    dpo/score_chosen and dpo/score_rejected (judge scores of the valid pairs), response_length/*, timing_s/*.
+    dpo/score_chosen and dpo/score_rejected (judge scores of the valid pairs), response_length/*, timing_s/ref,
+    update_actor, sync_weights.
     """
-    timings: dict[str, float] = {}
-    metrics: dict[str, float] = {}
-    cfg, c = trainer.config, trainer._c
-    with timed(timings, "step"):
-        batch = trainer._collect_rollouts(timings, metrics)
-        metrics.update(mean_metrics(batch.meta_info.pop("metrics", {})))
-        pairs = judge_pairs(batch, cfg.online_dpo.tie_breaking, seed=cfg.data.seed * 1_000_003 + trainer.global_step)
-        rows = pair_rows(batch, pairs)
-        rows.meta_info["temperature"] = batch.meta_info.get("temperature", cfg.actor_rollout_ref.rollout.temperature)
-        with timed(timings, "ref"):
-            ref = c.actor_rollout.compute_ref_log_prob(rows)
-            metrics.update(mean_metrics(ref.meta_info.pop("metrics", {})))
-            rows = rows.union(ref)
-        rows.meta_info["online_dpo"] = cfg.online_dpo
-        with timed(timings, "update_actor"):
-            metrics.update(mean_metrics(c.actor_rollout.update_actor_dpo(rows)))
-        with timed(timings, "sync_weights"):
-            metrics.update(mean_metrics(c.rollout.sync_weights()))
+    cfg, c = ctx.config, ctx.components
+    pairs = judge_pairs(batch, cfg.online_dpo.tie_breaking, seed=cfg.data.seed * 1_000_003 + ctx.global_step)
+    rows = pair_rows(batch, pairs)
+    rows.meta_info["temperature"] = batch.meta_info.get("temperature", cfg.actor_rollout_ref.rollout.temperature)
+    with timed(timings, "ref"):
+        ref = c.actor_rollout.compute_ref_log_prob(rows)
+        metrics.update(mean_metrics(ref.meta_info.pop("metrics", {})))
+        rows = rows.union(ref)
+    rows.meta_info["online_dpo"] = cfg.online_dpo
+    with timed(timings, "update_actor"):
+        metrics.update(mean_metrics(c.actor_rollout.update_actor_dpo(rows)))
+    with timed(timings, "sync_weights"):
+        metrics.update(mean_metrics(c.rollout.sync_weights()))
     metrics.update(_pair_metrics(batch, pairs))
-    metrics.update(throughput_metrics(batch, timings, c.world_size))
-    metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
-    return metrics
+    return batch
 
 
 def _pair_metrics(batch: DataProto, pairs: PreferencePairs) -> dict[str, float]:

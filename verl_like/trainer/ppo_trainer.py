@@ -40,6 +40,7 @@ from verl_like.trainer.checkpoint import CheckpointManager, rng_state, set_rng_s
 from verl_like.trainer.interrupts import StopRequests, TrainingInterrupted
 from verl_like.trainer.metrics import ToolCallWatch
 from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, throughput_metrics, timed
+from verl_like.trainer.phases import StepContext, select_update_phase
 from verl_like.trainer.progress import Progress
 from verl_like.trainer.rewarding import BatchScorer
 from verl_like.trainer.rollout_dump import dump_rollouts
@@ -343,63 +344,70 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ loop
     def train_step(self) -> dict[str, float]:
-        """One RL step; returns its metrics (the online-DPO step with online_dpo.enable)."""
-        if self.config.online_dpo.enable:
-            from verl_like.trainer.online_dpo_step import online_dpo_step
-
-            return online_dpo_step(self)
+        """One RL step: the rollout phase, then the run's update phase (trainer/phases.py); returns its metrics."""
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
-        cfg = self.config
         c = self._c
+        name, update = select_update_phase(self.config, self._ppo_update)
         with timed(timings, "step"):
             batch = self._collect_rollouts(timings, metrics)
             metrics.update(mean_metrics(batch.meta_info.pop("metrics", {})))
-            if cfg.algorithm.adv_estimator == "remax":
-                batch.batch["reward_baselines"] = self._remax_baselines(batch, timings, metrics)
-            if cfg.trainer.balance_batch:  # after ReMax, whose greedy pass reads the rollout's group order
-                batch, balance_metrics = balance_batch(batch, c.actor_dp_size or c.world_size)
-                metrics.update(balance_metrics)
-            with timed(timings, "old_log_prob"):
-                batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
-            if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
-                weights, is_metrics = compute_rollout_is_weights(
-                    batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],
-                    cfg.algorithm.rollout_is_config(),
-                )
-                batch.batch["rollout_is_weights"] = weights
-                metrics.update({f"rollout_is/{k}": float(v) for k, v in is_metrics.items()})
-            if c.teacher is not None:  # distillation.enable: the teacher's top-k log-probs on these samples
-                with timed(timings, "teacher"):
-                    batch = _merge(batch, c.teacher.compute_teacher_topk(batch), metrics)
-            if c.needs_reference:
-                with timed(timings, "ref"):
-                    batch = _merge(batch, c.actor_rollout.compute_ref_log_prob(batch), metrics)
-            if c.critic is not None:
-                with timed(timings, "values"):
-                    batch = _merge(batch, c.critic.compute_values(batch), metrics)
-            with timed(timings, "adv"):
-                batch = self._compute_advantages(batch, metrics)
-            if c.critic is not None:
-                with timed(timings, "update_critic"):
-                    metrics.update(mean_metrics(c.critic.update_critic(batch)))
-            if self.global_step >= cfg.trainer.critic_warmup:
-                with timed(timings, "update_actor"):
-                    if cfg.distillation.enable:
-                        batch.meta_info["distillation"] = cfg.distillation
-                        metrics.update(mean_metrics(c.actor_rollout.update_actor_distill(batch)))
-                    else:
-                        metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
-                if self._prefetcher is not None and not cfg.async_training.partial_rollout:
-                    timings["gen_drain"] = self._prefetcher.drain()  # samples never mix two weight versions
-                with timed(timings, "sync_weights"):
-                    metrics.update(mean_metrics(c.rollout.sync_weights()))
-        metrics.update(data_metrics(batch, cfg.data.max_response_length))
+            batch = update(StepContext(self.config, c, self.global_step), batch, timings, metrics)
+        if name == "ppo":
+            metrics.update(data_metrics(batch, self.config.data.max_response_length))
         metrics.update(throughput_metrics(batch, timings, c.world_size))
-        metrics.update(self._mfu_metrics(batch, timings))
+        if name == "ppo":
+            metrics.update(self._mfu_metrics(batch, timings))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
-        metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
+        if name == "ppo":
+            metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
         return metrics
+
+    def _ppo_update(self, ctx: StepContext, batch: DataProto, timings: dict[str, float],
+                    metrics: dict[str, float]) -> DataProto:
+        """The PPO-family update phase (distillation's teacher term a hook of it): log-probs, values, advantages,
+        the critic's and actor's updates and the weight sync. Returns the batch it trained on."""
+        cfg, c = ctx.config, ctx.components
+        if cfg.algorithm.adv_estimator == "remax":
+            batch.batch["reward_baselines"] = self._remax_baselines(batch, timings, metrics)
+        if cfg.trainer.balance_batch:  # after ReMax, whose greedy pass reads the rollout's group order
+            batch, balance_metrics = balance_batch(batch, c.actor_dp_size or c.world_size)
+            metrics.update(balance_metrics)
+        with timed(timings, "old_log_prob"):
+            batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
+        if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
+            weights, is_metrics = compute_rollout_is_weights(
+                batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],
+                cfg.algorithm.rollout_is_config(),
+            )
+            batch.batch["rollout_is_weights"] = weights
+            metrics.update({f"rollout_is/{k}": float(v) for k, v in is_metrics.items()})
+        if c.teacher is not None:  # distillation.enable: the teacher's top-k log-probs on these samples
+            with timed(timings, "teacher"):
+                batch = _merge(batch, c.teacher.compute_teacher_topk(batch), metrics)
+        if c.needs_reference:
+            with timed(timings, "ref"):
+                batch = _merge(batch, c.actor_rollout.compute_ref_log_prob(batch), metrics)
+        if c.critic is not None:
+            with timed(timings, "values"):
+                batch = _merge(batch, c.critic.compute_values(batch), metrics)
+        with timed(timings, "adv"):
+            batch = self._compute_advantages(batch, metrics)
+        if c.critic is not None:
+            with timed(timings, "update_critic"):
+                metrics.update(mean_metrics(c.critic.update_critic(batch)))
+        if ctx.global_step >= cfg.trainer.critic_warmup:
+            with timed(timings, "update_actor"):
+                if cfg.distillation.enable:
+                    batch.meta_info["distillation"] = cfg.distillation
+                    metrics.update(mean_metrics(c.actor_rollout.update_actor_distill(batch)))
+                else:
+                    metrics.update(mean_metrics(c.actor_rollout.update_actor(batch)))
+            if self._prefetcher is not None and not cfg.async_training.partial_rollout:
+                timings["gen_drain"] = self._prefetcher.drain()  # samples never mix two weight versions
+            with timed(timings, "sync_weights"):
+                metrics.update(mean_metrics(c.rollout.sync_weights()))
+        return batch
 
     def _mfu_metrics(self, batch: DataProto, timings: dict[str, float]) -> dict[str, float]:
         c, cfg = self._c, self.config
