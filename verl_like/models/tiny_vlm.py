@@ -56,7 +56,7 @@ class TinyVLMSpec:
     vision_layers: int = 2
     vision_heads: int = 2
     vision_intermediate_size: int = 128
-    image_size: int = 32
+    image_size: int = 48
     patch_size: int = 8
     scale_factor: int = 2
     torch_dtype: str = "float32"

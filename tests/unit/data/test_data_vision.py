@@ -1,0 +1,118 @@
+"""Image prompts in the dataset: rows checked before anything starts, placeholders expanded, pixels made once."""
+
+import io
+import re
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from verl_like.config.data import DataConfig
+from verl_like.data.dataset import RLDataset
+from verl_like.data.rows import DataRowError
+from verl_like.data.vision import MULTI_MODAL_DATA, RAW_PROMPT_IDS, check_image_rows, load_processor
+from verl_like.models.tiny_vlm import TinyVLMSpec, build_tiny_vlm
+
+SPEC = TinyVLMSpec()
+
+
+@pytest.fixture(scope="module")
+def vlm_dir(tmp_path_factory):
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny_vlm", SPEC)
+
+
+@pytest.fixture(scope="module")
+def processor(vlm_dir):
+    return load_processor(str(vlm_dir))
+
+
+def png(colour=(255, 255, 255), size=(48, 48)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def row(prompt, images, truth="1"):
+    return {"prompt": prompt, "images": images, "data_source": "synthetic/count",
+            "reward_model": {"ground_truth": truth}}
+
+
+def config(path, **kwargs):
+    return DataConfig(train_files=path, max_prompt_length=64, **kwargs)
+
+
+def test_paths_parts_and_bytes_expand_to_the_processors_image_tokens(tmp_path, processor):
+    Image.new("RGB", (30, 20), (9, 9, 9)).save(tmp_path / "a.png")
+    parts = [{"type": "image"}, {"type": "text", "text": "how many?"}]
+    # a path relative to the data file, and chat content parts
+    path = write_jsonl(tmp_path / "d.jsonl", [row([{"role": "user", "content": parts}], ["a.png"]),
+                                             row("no image here", None)])
+    dataset = RLDataset([path], processor.tokenizer, config(path), processor)
+    image_item, text_item = dataset[0], dataset[1]
+    image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
+    assert image_item.input_ids.count(image_id) == SPEC.image_tokens
+    assert list(image_item.raw_prompt_ids).count(image_id) == 1
+    # the expansion equals the processor's own, text and image together
+    text = processor.tokenizer.apply_chat_template([{"role": "user", "content": "<image>how many?"}],
+                                                   add_generation_prompt=True, tokenize=False)
+    expected = processor(text=text, images=[Image.open(tmp_path / "a.png").convert("RGB")], add_special_tokens=False)
+    assert image_item.input_ids == expected["input_ids"][0]
+    assert not text_item.images and text_item.raw_prompt_ids == ()
+
+
+def test_collate_processes_each_image_once_and_pads_text_rows(tmp_path, processor):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [row("<image>count", [{"bytes": png((40 * i, 0, 0)), "path": None}]) for i in range(3)]
+    path = tmp_path / "d.parquet"  # verl's layout: images as [{"bytes", "path"}] in parquet
+    pq.write_table(pa.Table.from_pylist(rows + [row("plain", None)]), path)
+    dataset = RLDataset([str(path)], processor.tokenizer, config(str(path)), processor)
+    batch = dataset.collate([dataset[i] for i in range(4)])
+    assert dataset.vision.images_processed == 3
+    assert batch.batch["pixel_values"].shape == (4, 1, 3, SPEC.image_size, SPEC.image_size)
+    assert torch.equal(batch.batch["pixel_values"][3], torch.zeros_like(batch.batch["pixel_values"][3]))
+    assert batch.batch["pixel_attention_mask"][:3].all() and not batch.batch["pixel_attention_mask"][3].any()
+    assert batch.non_tensor_batch[MULTI_MODAL_DATA][3] is None
+    assert len(batch.non_tensor_batch[MULTI_MODAL_DATA][0]["image"]) == 1
+    assert batch.non_tensor_batch[RAW_PROMPT_IDS][0] == list(dataset[0].raw_prompt_ids)
+
+
+@pytest.mark.parametrize("prompt, images, message", [
+    ("<image><image>two?", ["a.png"], "row 0: the prompt has 2 image placeholder"),
+    ("none?", ["a.png"], "row 0: the prompt has 0 image placeholder"),
+    ("<image>gone?", ["missing.png"], "row 0: field 'images[0]': image file"),
+    ("<image>broken?", ["broken.png"], "row 0: field 'images[0]': not a readable image"),
+], ids=["two_placeholders_one_image", "no_placeholder", "missing_file", "undecodable"])
+def test_bad_image_rows_are_refused_naming_the_row(tmp_path, processor, prompt, images, message):
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    path = write_jsonl(tmp_path / "d.jsonl", [row(prompt, images)])
+    with pytest.raises(DataRowError, match=re.escape(message)):
+        check_image_rows([path], config(path))  # the preflight, before Ray
+    with pytest.raises(DataRowError, match=re.escape(message)):
+        RLDataset([path], processor.tokenizer, config(path), processor)
+
+
+def test_videos_and_a_text_model_are_refused(tmp_path, processor):
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    path = write_jsonl(tmp_path / "v.jsonl", [{**row("<image>x", ["a.png"]), "videos": ["clip.mp4"]}])
+    with pytest.raises(DataRowError, match="video prompts are not supported"):
+        RLDataset([path], processor.tokenizer, config(path), processor)
+    path = write_jsonl(tmp_path / "t.jsonl", [row("<image>x", ["a.png"])])
+    with pytest.raises(DataRowError, match="has no image processor"):
+        RLDataset([path], processor.tokenizer, config(path), None)
+
+
+def test_an_image_prompt_is_never_truncated(tmp_path, processor):
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    path = write_jsonl(tmp_path / "d.jsonl", [row("<image>" + "x" * 40, ["a.png"])])
+    short = DataConfig(train_files=path, max_prompt_length=30, truncation="left")
+    with pytest.raises(DataRowError, match="would cut image tokens"):
+        RLDataset([path], processor.tokenizer, short, processor)
