@@ -20,7 +20,9 @@ from verl_like.utils.seqlen_balancing import min_parts_within_budget, partition_
 
 logger = logging.getLogger(__name__)
 
-MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+# Image prompts add their pixels (engine/vision.py's VISION_TENSOR_KEYS), carried row by row like the ids.
+MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "pixel_values",
+                    "pixel_attention_mask")
 
 
 def engine_inputs(batch: DataProto, model_kind: str, engine_name: str) -> DataProto:
