@@ -57,6 +57,10 @@ def prepare_vision_model(model: torch.nn.Module, freeze_vision_tower: bool) -> N
         tower = vision_tower(model)
         tower.requires_grad_(False)
         logger.info("vision tower frozen: %.2fM parameters", sum(p.numel() for p in tower.parameters()) / 1e6)
+    # FSDP2 shards each `_no_split_modules` block; Idefics3 names its vision *attention*, whose output is a view
+    # (FSDP2 warns that an in-place op on it would skip the backward all-gather). Its encoder layer is the block.
+    units = list(getattr(model, "_no_split_modules", None) or [])
+    model._no_split_modules = ["Idefics3EncoderLayer" if u == "Idefics3VisionAttention" else u for u in units]
     image_token_id = int(model.config.image_token_id)
 
     def mask_placeholder(_module, _inputs, logits: torch.Tensor) -> torch.Tensor:

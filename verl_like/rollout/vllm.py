@@ -296,8 +296,11 @@ class VLLMRolloutEngine(RolloutEngine):
         return not _ENGINE_PARTS <= self._awake_parts
 
     def reset_cache(self) -> None:
-        """Drops the prefix cache (its KV was computed with older weights)."""
+        """Drops the prefix cache (its KV was computed with older weights), and for a vision-language model the
+        encoder cache (vision embeddings of images seen before, keyed by image, not weights)."""
         self.llm.reset_prefix_cache()
+        if self._vision is not None:
+            vllm_compat.reset_encoder_cache(self.llm)
 
     @property
     def tp_rank(self) -> int:

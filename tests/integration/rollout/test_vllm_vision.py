@@ -78,3 +78,22 @@ def test_an_expansion_that_differs_from_the_datasets_is_refused(engine, dataset)
     prompts.non_tensor_batch[RAW_PROMPT_IDS][0] = [t for t in raw if t != image_id] + [image_id]
     with pytest.raises(ValueError, match="rollout row 0: vLLM expanded the image prompt"):
         engine.generate(prompts, SamplingConfig(max_tokens=2, do_sample=False))
+
+
+def test_a_repeated_image_after_a_weight_update_sees_the_new_vision_tower(engine, dataset, trainer_model):
+    import copy
+
+    prompts = dataset.collate([dataset[1]])
+    engine.generate(prompts, SAMPLED)  # vLLM caches this image's encoder output
+    updated = copy.deepcopy(trainer_model)
+    with torch.no_grad():
+        for name, param in updated.named_parameters():
+            if "vision_model" in name:
+                param.mul_(1.5)
+    engine.load_weights((name, tensor.detach()) for name, tensor in updated.state_dict().items())
+    out = engine.generate(prompts, SAMPLED)
+    with torch.no_grad():
+        ours = micro_batch_outputs(updated, "causal_lm", engine_inputs(out, "causal_lm", "test").batch, False,
+                                   SAMPLED.temperature)["log_probs"]
+    mask = out.batch["response_mask"].bool()
+    assert float((ours - out.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-5
