@@ -10,6 +10,7 @@ from typing import Any
 
 from verl_like.config.derived import uses_critic
 from verl_like.config.errors import ConfigError
+from verl_like.config.rollout import uses_agent_loops
 
 _A = "actor_rollout_ref"
 
@@ -31,8 +32,9 @@ def check_vision_options(config: Any) -> None:
          "rollout/logprob_diff_max, the trainer-vs-vLLM gap on the image prompts themselves"),
         (actor.strategy != "fsdp2", f"{_A}.actor.strategy={actor.strategy!r}: the megatron engine trains text "
          "decoders only; set it to fsdp2"),
-        (rollout.multi_turn.enable, f"{_A}.rollout.multi_turn.enable=true: agent loops take token ids without "
-         "images so far; set it to false"),
+        (uses_agent_loops(rollout), f"{_A}.rollout.multi_turn.enable / agent.default_agent_loop / "
+         "agent.agent_loop_config_path: agent loops take token ids without images so far; use the single-turn "
+         "rollout (multi_turn.enable=false, default_agent_loop=single_turn_agent)"),
         (uses_critic(config), "a critic (critic.enable, or a value-based adv_estimator) is a text value model and "
          "would not see the "
          "images; use a critic-free estimator (grpo, rloo, ...) and critic.enable=false"),
