@@ -31,7 +31,6 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-VISION_TENSOR_KEYS = ("pixel_values", "pixel_attention_mask")
 MULTI_MODAL_DATA = "multi_modal_data"  # non-tensor column: {"image": [PIL images]} per row (None: no image)
 RAW_PROMPT_IDS = "raw_prompt_ids"  # non-tensor column: prompt ids with one placeholder per image (verl's name)
 

@@ -1,8 +1,9 @@
 """main_ppo with `+trainer=vlm_tiny` on image files, run as a user runs it (real Hydra, Ray, FSDP2, vLLM with images).
 
 Shortened to 2 steps on 48 pictures with the untrained tiny VLM (the preset's own warm start and 30 steps are
-measured in docs/vision.md): the whole image path runs, the frozen tower trains on FSDP2, and the trainer's
-log-probs equal vLLM's on the image prompts every step. A bad image row fails before Ray starts, naming the row.
+measured in docs/vision.md): the whole image path runs, the frozen tower trains on FSDP2, the reference sees the
+actor's inputs (KL 0 before the first update), and the trainer's log-probs equal vLLM's on the image prompts every
+step. A bad image row fails before Ray starts, naming the row.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def short_job(files: dict[str, str], run: Path) -> list[str]:
             f"data.train_files={files['train']}", f"data.val_files={files['val']}", "data.train_batch_size=8",
             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
             "actor_rollout_ref.rollout.n=2",
-            "actor_rollout_ref.actor.freeze_vision_tower=true", "trainer.total_training_steps=2",
+            "actor_rollout_ref.actor.freeze_vision_tower=true", "actor_rollout_ref.actor.use_kl_loss=true",
+            "trainer.total_training_steps=2",
             "trainer.test_freq=2", "trainer.val_before_train=false", "reward_model.scoring_workers=1",
             f"trainer.default_local_dir={run}"]
 
@@ -50,6 +52,8 @@ def test_vlm_preset_runs_on_image_files_with_the_trainers_log_probs_equal_to_vll
     steps = [r for r in records if r["step"] > 0 and "rollout/logprob_diff_max" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["rollout/logprob_diff_max"] < 1e-4 for r in steps), steps
+    # Step 1 updates once, from the reference's weights: the reference saw the same ids and pixels as the actor.
+    assert abs(steps[0]["actor/kl_loss"]) < 1e-6, steps[0]["actor/kl_loss"]
     assert any("val/score/mean" in r for r in records)
 
 
