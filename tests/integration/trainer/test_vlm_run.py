@@ -42,6 +42,7 @@ def short_job(files: dict[str, str], run: Path) -> list[str]:
             "actor_rollout_ref.actor.freeze_vision_tower=true", "actor_rollout_ref.actor.use_kl_loss=true",
             "trainer.total_training_steps=2",
             "trainer.test_freq=2", "trainer.val_before_train=false", "reward_model.scoring_workers=1",
+            "trainer.save_freq=2",
             f"trainer.default_local_dir={run}"]
 
 
@@ -55,6 +56,17 @@ def test_vlm_preset_runs_on_image_files_with_the_trainers_log_probs_equal_to_vll
     # Step 1 updates once, from the reference's weights: the reference saw the same ids and pixels as the actor.
     assert abs(steps[0]["actor/kl_loss"]) < 1e-6, steps[0]["actor/kl_loss"]
     assert any("val/score/mean" in r for r in records)
+    # The checkpoint carries the processor, so the merged HF directory is a loadable VLM with its processor.
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from verl_like.model_merger import main as model_merger
+
+    step = next((tmp_path / "run" / "checkpoints").glob("global_step_2"))
+    model_merger(["merge", "--backend", "fsdp", "--local_dir", str(step / "actor"), "--target_dir",
+                  str(tmp_path / "hf")])
+    assert type(AutoModelForImageTextToText.from_pretrained(tmp_path / "hf")).__name__ == (
+        "Idefics3ForConditionalGeneration")
+    assert AutoProcessor.from_pretrained(tmp_path / "hf").image_processor.do_image_splitting is False
 
 
 def test_a_missing_image_is_refused_before_ray_naming_the_row(files, verl_like_cache, tmp_path):
