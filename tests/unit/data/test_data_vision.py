@@ -116,3 +116,29 @@ def test_an_image_prompt_is_never_truncated(tmp_path, processor):
     short = DataConfig(train_files=path, max_prompt_length=30, truncation="left")
     with pytest.raises(DataRowError, match="would cut image tokens"):
         RLDataset([path], processor.tokenizer, short, processor)
+
+
+def test_geometry3k_files_convert_to_image_rows_the_dataset_reads(tmp_path, processor):
+    import importlib.util
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from verl_like.rewards.registry import default_compute_score
+
+    script = Path(__file__).parents[3] / "examples" / "data_preprocess" / "geometry3k.py"
+    spec = importlib.util.spec_from_file_location("preprocess_geometry3k", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = tmp_path / "train-00000-of-00001.parquet"  # hiyouga/geometry3k's columns
+    pq.write_table(pa.Table.from_pylist([
+        {"images": [{"bytes": png(), "path": None}], "problem": "<image>Find x.", "answer": "3"},
+        {"images": [{"bytes": png((0, 9, 9)), "path": None}], "problem": "Find the area.", "answer": "12"},
+    ]), source)
+    out = module.main(["--input", str(source), "--split", "train", "--output", str(tmp_path / "geo.parquet")])
+    dataset = RLDataset([str(out)], processor.tokenizer, DataConfig(train_files=str(out), max_prompt_length=256),
+                        processor)
+    assert [len(item.images) for item in dataset.items] == [1, 1]
+    assert dataset[1].raw_prompt[0]["content"].startswith("<image>Find the area.")  # placeholder put in front
+    assert default_compute_score("hiyouga/geometry3k", "so x is \\boxed{3}", "3") == 1.0
