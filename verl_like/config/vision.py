@@ -29,7 +29,7 @@ def check_vision_options(config: Any) -> None:
          "plan knows text decoders' layouts only; set it to full (vLLM's own loader maps the vision tower)"),
         (rollout.sync_check, f"{_A}.rollout.sync_check=true: its probe is random text ids, which may hold the "
          "image placeholder (a forward without pixels then fails); set it to false: every step logs "
-         "rollout/logprob_diff_max, the trainer-vs-vLLM gap on the image prompts themselves"),
+         "rollout/image_logprob_diff_max, the trainer-vs-vLLM gap on the image prompts themselves"),
         (actor.strategy != "fsdp2", f"{_A}.actor.strategy={actor.strategy!r}: the megatron engine trains text "
          "decoders only; set it to fsdp2"),
         (uses_agent_loops(rollout), f"{_A}.rollout.multi_turn.enable / agent.default_agent_loop / "

@@ -52,7 +52,7 @@ def test_vlm_preset_runs_on_image_files_with_the_trainers_log_probs_equal_to_vll
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     steps = [r for r in records if r["step"] > 0 and "rollout/logprob_diff_max" in r]
     assert [r["step"] for r in steps] == [1, 2]
-    assert all(r["rollout/logprob_diff_max"] < 1e-4 for r in steps), steps
+    assert all(r["rollout/image_logprob_diff_max"] < 1e-4 for r in steps), steps  # every row has an image
     # Step 1 updates once, from the reference's weights: the reference saw the same ids and pixels as the actor.
     assert abs(steps[0]["actor/kl_loss"]) < 1e-6, steps[0]["actor/kl_loss"]
     assert any("val/score/mean" in r for r in records)
