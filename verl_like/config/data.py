@@ -40,7 +40,8 @@ class DataConfig:
       apply_chat_template: wrap prompts in the chat template (false: text prompts are tokenized as they are).
       image_key: column holding each row's images (verl's `images`): a list of paths, encoded bytes or
         {"bytes", "path"}; the prompt marks each with the model's placeholder or an image content part
-        (docs/vision.md). Rows without the column (or with null) are text prompts.
+        (docs/vision.md). Without the column (or all null) the prompts are text; data that has images needs
+        them in every row.
       video_key: column of video inputs (verl's `videos`); a row that has videos is refused (not supported).
       return_raw_chat: also pass each prompt's chat messages with the batch (non-tensor column "raw_prompt", a
         list of {role, content}; a text prompt becomes one user message), for custom code that re-templates.

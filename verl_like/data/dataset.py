@@ -92,8 +92,9 @@ class RLDataset:
                     "but the model has no image processor (no preprocessor_config.json beside its tokenizer); use a "
                     "vision-language model, or drop the images"
                 )
-            from verl_like.data.vision import VisionPrompts
+            from verl_like.data.vision import VisionPrompts, refuse_text_rows
 
+            refuse_text_rows(rows, config.image_key)
             self.vision = VisionPrompts(processor)
         self.items: list[PromptItem] = []
         self.num_filtered = 0

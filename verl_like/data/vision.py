@@ -13,7 +13,8 @@ already-expanded prompt would be expanded twice); `input_ids` carry the expansio
 size from a blank image of that size, so the length policy sees the real prompt length. The rollout checks vLLM's
 expansion against these (rollout/vllm_vision.py). Pixels (`pixel_values`, `pixel_attention_mask`) are computed by
 the image processor once per prompt when a batch is collated, padded with all-zero images to the dataset's image
-slots (the model drops those), and then repeated with the prompt's n samples, never recomputed.
+slots (the model drops those), and then repeated with the prompt's n samples, never recomputed. Every row of data
+with images must have at least one (`refuse_text_rows` says why).
 """
 
 from __future__ import annotations
@@ -183,6 +184,21 @@ def load_processor(path: str, trust_remote_code: bool = False) -> Any | None:
     return processor if hasattr(processor, "image_processor") else None
 
 
+def refuse_text_rows(rows: Sequence[Any], image_key: str) -> None:
+    """Raises DataRowError naming the first row without images of data that has images: a micro-batch of text rows
+    alone would run the vision tower on no image (Idefics3 fails), and skipping the tower on one rank would leave
+    the others' FSDP all-gathers waiting. Mixed text and image data is not supported yet."""
+    from verl_like.data.rows import DataRowError
+
+    text_row = next((row for row in rows if not row.images), None)
+    if text_row is not None:
+        raise DataRowError(
+            f"{text_row.file} row {text_row.row_index}: field {image_key!r} is empty, but other rows have images; "
+            "mixing text and image rows in one run is not supported yet (docs/vision.md): give every row an image, "
+            "or train on them separately"
+        )
+
+
 def check_vision_config(config: Any, *datasets: Any) -> None:
     """Refuses the settings image prompts do not support (config/vision.py) when any dataset holds images."""
     from verl_like.config.vision import check_vision_options
@@ -200,6 +216,8 @@ def check_image_rows(files: Sequence[str], data_config: Any, placeholder: str = 
 
     rows = load_rows(list(files), data_config.prompt_key, data_config.reward_fn_key, data_config.image_key,
                      data_config.video_key)
+    if any(row.images for row in rows):
+        refuse_text_rows(rows, data_config.image_key)
     count = 0
     for row in rows:
         if not row.images:

@@ -91,9 +91,32 @@ def test_a_repeated_image_after_a_weight_update_sees_the_new_vision_tower(engine
             if "vision_model" in name:
                 param.mul_(1.5)
     engine.load_weights((name, tensor.detach()) for name, tensor in updated.state_dict().items())
-    out = engine.generate(prompts, SAMPLED)
+    try:
+        out = engine.generate(prompts, SAMPLED)
+    finally:  # the module's other tests expect the trainer_model's weights in the engine
+        engine.load_weights((name, tensor.detach()) for name, tensor in trainer_model.state_dict().items())
     with torch.no_grad():
         ours = micro_batch_outputs(updated, "causal_lm", engine_inputs(out, "causal_lm", "test").batch, False,
+                                   SAMPLED.temperature)["log_probs"]
+    mask = out.batch["response_mask"].bool()
+    assert float((ours - out.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-5
+
+
+def test_a_prompt_with_two_images_matches_the_trainer(engine, vlm_dir, trainer_model, tmp_path):
+    import copy
+
+    rows = copy.deepcopy(generate_split("count", "test", 2))
+    rows[0]["images"] = rows[0]["images"] + rows[1]["images"]
+    rows[0]["prompt"][0]["content"] = "<image>and<image>how many squares?"
+    path = write_rows(rows[:1], tmp_path / "two.parquet")
+    processor = load_processor(str(vlm_dir))
+    two = RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=64),
+                    processor)
+    sent = engine.images_sent
+    out = engine.generate(two.collate([two[0]]), SAMPLED)
+    assert engine.images_sent - sent == 2
+    with torch.no_grad():
+        ours = micro_batch_outputs(trainer_model, "causal_lm", engine_inputs(out, "causal_lm", "test").batch, False,
                                    SAMPLED.temperature)["log_probs"]
     mask = out.batch["response_mask"].bool()
     assert float((ours - out.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-5

@@ -47,41 +47,42 @@ def config(path, **kwargs):
     return DataConfig(train_files=path, max_prompt_length=64, **kwargs)
 
 
-def test_paths_parts_and_bytes_expand_to_the_processors_image_tokens(tmp_path, processor):
+def test_paths_and_content_parts_expand_to_the_processors_image_tokens(tmp_path, processor):
     Image.new("RGB", (30, 20), (9, 9, 9)).save(tmp_path / "a.png")
     parts = [{"type": "image"}, {"type": "text", "text": "how many?"}]
     # a path relative to the data file, and chat content parts
-    path = write_jsonl(tmp_path / "d.jsonl", [row([{"role": "user", "content": parts}], ["a.png"]),
-                                             row("no image here", None)])
+    path = write_jsonl(tmp_path / "d.jsonl", [row([{"role": "user", "content": parts}], ["a.png"])])
     dataset = RLDataset([path], processor.tokenizer, config(path), processor)
-    image_item, text_item = dataset[0], dataset[1]
+    item = dataset[0]
     image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
-    assert image_item.input_ids.count(image_id) == SPEC.image_tokens
-    assert list(image_item.raw_prompt_ids).count(image_id) == 1
+    assert item.input_ids.count(image_id) == SPEC.image_tokens
+    assert list(item.raw_prompt_ids).count(image_id) == 1
     # the expansion equals the processor's own, text and image together
     text = processor.tokenizer.apply_chat_template([{"role": "user", "content": "<image>how many?"}],
                                                    add_generation_prompt=True, tokenize=False)
     expected = processor(text=text, images=[Image.open(tmp_path / "a.png").convert("RGB")], add_special_tokens=False)
-    assert image_item.input_ids == expected["input_ids"][0]
-    assert not text_item.images and text_item.raw_prompt_ids == ()
+    assert item.input_ids == expected["input_ids"][0]
 
 
-def test_collate_processes_each_image_once_and_pads_text_rows(tmp_path, processor):
+def test_collate_processes_each_image_once_and_pads_unused_slots(tmp_path, processor):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [row("<image>count", [{"bytes": png((40 * i, 0, 0)), "path": None}]) for i in range(3)]
+    def images(*colours):
+        return [{"bytes": png(c), "path": None} for c in colours]
+
+    rows = [row("<image>count", images((40, 0, 0))), row("<image>and<image>", images((80, 0, 0), (0, 80, 0))),
+            row("<image>again", images((120, 0, 0)))]
     path = tmp_path / "d.parquet"  # verl's layout: images as [{"bytes", "path"}] in parquet
-    pq.write_table(pa.Table.from_pylist(rows + [row("plain", None)]), path)
+    pq.write_table(pa.Table.from_pylist(rows), path)
     dataset = RLDataset([str(path)], processor.tokenizer, config(str(path)), processor)
-    batch = dataset.collate([dataset[i] for i in range(4)])
-    assert dataset.vision.images_processed == 3
-    assert batch.batch["pixel_values"].shape == (4, 1, 3, SPEC.image_size, SPEC.image_size)
-    assert torch.equal(batch.batch["pixel_values"][3], torch.zeros_like(batch.batch["pixel_values"][3]))
-    assert batch.batch["pixel_attention_mask"][:3].all() and not batch.batch["pixel_attention_mask"][3].any()
-    assert batch.non_tensor_batch[MULTI_MODAL_DATA][3] is None
-    assert len(batch.non_tensor_batch[MULTI_MODAL_DATA][0]["image"]) == 1
-    assert batch.non_tensor_batch[RAW_PROMPT_IDS][0] == list(dataset[0].raw_prompt_ids)
+    batch = dataset.collate([dataset[i] for i in range(3)])
+    assert dataset.vision.images_processed == 4
+    pixels, mask = batch.batch["pixel_values"], batch.batch["pixel_attention_mask"]
+    assert pixels.shape == (3, 2, 3, SPEC.image_size, SPEC.image_size)  # the dataset's most images per row
+    assert not pixels[0, 1].any() and not mask[0, 1].any() and mask[1].all()  # an unused slot is all zeros
+    assert [len(d["image"]) for d in batch.non_tensor_batch[MULTI_MODAL_DATA]] == [1, 2, 1]
+    assert batch.non_tensor_batch[RAW_PROMPT_IDS][1] == list(dataset[1].raw_prompt_ids)
 
 
 @pytest.mark.parametrize("prompt, images, message", [
@@ -100,7 +101,7 @@ def test_bad_image_rows_are_refused_naming_the_row(tmp_path, processor, prompt, 
         RLDataset([path], processor.tokenizer, config(path), processor)
 
 
-def test_videos_and_a_text_model_are_refused(tmp_path, processor):
+def test_videos_a_text_model_and_text_rows_among_image_rows_are_refused(tmp_path, processor):
     Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
     path = write_jsonl(tmp_path / "v.jsonl", [{**row("<image>x", ["a.png"]), "videos": ["clip.mp4"]}])
     with pytest.raises(DataRowError, match="video prompts are not supported"):
@@ -108,6 +109,11 @@ def test_videos_and_a_text_model_are_refused(tmp_path, processor):
     path = write_jsonl(tmp_path / "t.jsonl", [row("<image>x", ["a.png"])])
     with pytest.raises(DataRowError, match="has no image processor"):
         RLDataset([path], processor.tokenizer, config(path), None)
+    path = write_jsonl(tmp_path / "m.jsonl", [row("<image>x", ["a.png"]), row("text only", None)])
+    with pytest.raises(DataRowError, match=re.escape("m.jsonl row 1: field 'images' is empty")):
+        check_image_rows([path], config(path))
+    with pytest.raises(DataRowError, match="mixing text and image rows"):
+        RLDataset([path], processor.tokenizer, config(path), processor)
 
 
 def test_an_image_prompt_is_never_truncated(tmp_path, processor):
