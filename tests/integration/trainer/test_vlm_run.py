@@ -2,7 +2,7 @@
 
 Shortened to 2 steps on 48 pictures with the untrained tiny VLM (the preset's own warm start and 30 steps are
 measured in docs/vision.md): the whole image path runs, the frozen tower trains on FSDP2, the reference sees the
-actor's inputs (KL 0 before the first update), and the trainer's log-probs equal vLLM's on the image prompts every
+actor's inputs (KL 0 before the first update), the frozen tower reaches vLLM with the first sync only, and the trainer's log-probs equal vLLM's on the image prompts every
 step. A bad image row fails before Ray starts, naming the row.
 """
 
@@ -53,11 +53,17 @@ def test_vlm_preset_runs_on_image_files_with_the_trainers_log_probs_equal_to_vll
     steps = [r for r in records if r["step"] > 0 and "rollout/logprob_diff_max" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["rollout/image_logprob_diff_max"] < 1e-4 for r in steps), steps  # every row has an image
+    # The frozen tower went to vLLM with the first sync only (step 2's gap above was measured after a sync without it).
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(files["model"])
+    tower = sum(p.numel() for p in model.model.vision_model.parameters())
+    assert all(r["sync/bytes"] == 4 * (sum(p.numel() for p in model.parameters()) - tower) for r in steps)
     # Step 1 updates once, from the reference's weights: the reference saw the same ids and pixels as the actor.
     assert abs(steps[0]["actor/kl_loss"]) < 1e-6, steps[0]["actor/kl_loss"]
     assert any("val/score/mean" in r for r in records)
     # The checkpoint carries the processor, so the merged HF directory is a loadable VLM with its processor.
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoProcessor
 
     from verl_like.model_merger import main as model_merger
 
