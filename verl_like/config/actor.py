@@ -280,6 +280,8 @@ class ActorConfig:
       use_remove_padding: pack sequences (no padding tokens in the forward pass).
       gradient_checkpointing: recompute decoder-layer activations in backward.
       use_fused_kernels: Triton RMSNorm and SwiGLU in the model (see ModelConfig; CUDA, fsdp2).
+      freeze_vision_tower: a vision-language policy's vision encoder is not trained (docs/vision.md); its
+        connector and language model are. Ignored by text models. fsdp2 only.
     Engine
       strategy: "fsdp2" (default; verl's "fsdp" reads as fsdp2) or "megatron" (Megatron-core TP/PP/DP).
       megatron: MegatronConfig, the parallel layout with strategy=megatron (ignored by fsdp2).
@@ -309,6 +311,7 @@ class ActorConfig:
     use_remove_padding: bool = False
     gradient_checkpointing: bool = False
     use_fused_kernels: bool = False
+    freeze_vision_tower: bool = False
     strategy: str = "fsdp2"
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
@@ -334,6 +337,9 @@ class ActorConfig:
         if not self.clip_ratio >= 0:
             raise ValueError(f"{p}.clip_ratio={self.clip_ratio} must be >= 0")
         self.policy_loss_config()  # validates the resolved clip range with the key names
+        if self.freeze_vision_tower and self.strategy == "megatron":
+            raise ValueError(f"{p}.freeze_vision_tower=true: the megatron engine trains text decoders only; use "
+                             "strategy=fsdp2 for vision-language models")
         if self.use_fused_kernels and self.strategy == "megatron":
             raise ValueError(
                 f"{p}.use_fused_kernels=true swaps layers of the HF model the fsdp2 engine trains; the megatron "

@@ -38,6 +38,11 @@ class DataConfig:
       reward_fn_key: column naming each row's data source (selects the rule scorer), verl's `data_source`.
       chat_template: a Jinja chat template used instead of the tokenizer's own; null keeps the tokenizer's.
       apply_chat_template: wrap prompts in the chat template (false: text prompts are tokenized as they are).
+      image_key: column holding each row's images (verl's `images`): a list of paths, encoded bytes or
+        {"bytes", "path"}; the prompt marks each with the model's placeholder or an image content part
+        (docs/vision.md). Without the column (or all null) the prompts are text; data that has images needs
+        them in every row.
+      video_key: column of video inputs (verl's `videos`); a row that has videos is refused (not supported).
       return_raw_chat: also pass each prompt's chat messages with the batch (non-tensor column "raw_prompt", a
         list of {role, content}; a text prompt becomes one user message), for custom code that re-templates.
 
@@ -63,6 +68,8 @@ class DataConfig:
     chat_template: str | None = None
     apply_chat_template: bool = True
     return_raw_chat: bool = False
+    image_key: str = "images"
+    video_key: str = "videos"
     max_prompt_length: int = 512
     max_response_length: int = 512
     truncation: str = "error"
@@ -79,6 +86,8 @@ class DataConfig:
             raise ConfigError("data.train_files is empty; give parquet/jsonl files or 'synthetic:<task>'")
         if not self.prompt_key:
             raise ConfigError("data.prompt_key is empty; set it to the dataset column that holds the prompt")
+        if not self.image_key:
+            raise ConfigError("data.image_key is empty; set it to the column holding the images (verl's 'images')")
         if not self.reward_fn_key:
             raise ConfigError("data.reward_fn_key is empty; set it to the column naming each row's data source")
         for key in ("max_prompt_length", "max_response_length", "train_batch_size"):

@@ -110,6 +110,10 @@ def _check_synthetic_specs(config: PPOConfig) -> None:
                     parse_synthetic_spec(path)
                 except ValueError as err:
                     raise ConfigError(f"{key}: {err}") from err
+    from verl_like.config.vision import check_vision_options, synthetic_image_task
+
+    if any(is_synthetic(path) and synthetic_image_task(path) for path in config.data.train_files):
+        check_vision_options(config)
 
 
 def _check_roles(config: PPOConfig) -> None:

@@ -37,6 +37,9 @@ class PromptItem:
     extra_info: dict[str, Any]
     index: int
     truncated: bool = False
+    images: tuple = ()  # an image prompt's PIL images (data/vision.py)
+    raw_prompt_ids: tuple[int, ...] = ()  # an image prompt's ids with one placeholder per image (input_ids: expanded)
+    image_slots: int = 0  # pixel tiles its images take
 
 
 def chat_messages(prompt: list[dict[str, str]] | str) -> list[dict[str, str]]:
@@ -61,7 +64,9 @@ class RLDataset:
     `PromptItem`; `dataset.collate(items)` builds the rollout input.
     """
 
-    def __init__(self, files: Sequence[str], tokenizer: PreTrainedTokenizerBase, config: DataConfig) -> None:
+    def __init__(
+        self, files: Sequence[str], tokenizer: PreTrainedTokenizerBase, config: DataConfig, processor: Any = None
+    ) -> None:
         if isinstance(files, str):
             files = [files]
         self.files = [str(f) for f in files]
@@ -77,7 +82,20 @@ class RLDataset:
                 "data.apply_chat_template=true but the tokenizer has no chat template; set data.chat_template to a "
                 "Jinja template, or data.apply_chat_template=false to tokenize text prompts as they are"
             )
-        rows = load_rows(self.files, config.prompt_key, config.reward_fn_key)
+        rows = load_rows(self.files, config.prompt_key, config.reward_fn_key, config.image_key, config.video_key)
+        self.vision = None  # VisionPrompts when some row has images (data/vision.py)
+        first_image_row = next((row for row in rows if row.images), None)
+        if first_image_row is not None:
+            if processor is None:
+                raise DataRowError(
+                    f"{first_image_row.file} row {first_image_row.row_index}: field {config.image_key!r} holds images "
+                    "but the model has no image processor (no preprocessor_config.json beside its tokenizer); use a "
+                    "vision-language model, or drop the images"
+                )
+            from verl_like.data.vision import VisionPrompts, refuse_text_rows
+
+            refuse_text_rows(rows, config.image_key)
+            self.vision = VisionPrompts(processor)
         self.items: list[PromptItem] = []
         self.num_filtered = 0
         self.num_truncated = 0
@@ -134,6 +152,14 @@ class RLDataset:
                 f"{row.file} row {row.row_index}: field {self.config.prompt_key!r} tokenizes to no tokens; the "
                 "tokenizer cannot encode its characters"
             )
+        if self.vision is not None:
+            try:
+                expanded, slots = self.vision.expand(ids, row.images, f"{row.file} row {row.row_index}")
+            except ValueError as error:
+                raise DataRowError(str(error)) from error
+            if row.images:
+                return PromptItem(expanded, row.prompt, row.ground_truth, row.data_source, row.extra_info, index,
+                                  images=row.images, raw_prompt_ids=tuple(ids), image_slots=slots)
         return PromptItem(list(ids), row.prompt, row.ground_truth, row.data_source, row.extra_info, index)
 
     def _cut(self, item: PromptItem, row: PromptRow) -> PromptItem:
@@ -142,6 +168,12 @@ class RLDataset:
                 f"{row.file} row {row.row_index}: field {self.config.prompt_key!r} is {len(item.input_ids)} tokens "
                 f"after the chat template, over data.max_prompt_length={self.max_prompt_length}; raise max_prompt_length, "
                 "or set data.truncation to filter/left/right/middle"
+            )
+        if item.images:
+            raise DataRowError(
+                f"{row.file} row {row.row_index}: the image prompt is {len(item.input_ids)} tokens with its image "
+                f"tokens, over data.max_prompt_length={self.max_prompt_length}; cutting it would cut image tokens, so "
+                "raise max_prompt_length or set data.truncation=filter"
             )
         self.num_truncated += 1
         ids = _truncate(item.input_ids, self.max_prompt_length, self.policy)
@@ -156,10 +188,31 @@ class RLDataset:
 
     def collate(self, items: Sequence[PromptItem]) -> DataProto:
         """The rollout input of `items` (see `collate`) padded to this dataset's max_prompt_length, with
-        "raw_prompt" when data.return_raw_chat."""
-        return collate(
+        "raw_prompt" when data.return_raw_chat; for a dataset with images also the pixels of each prompt (computed
+        here, once per prompt) and the vLLM columns (data/vision.py)."""
+        batch = collate(
             items, self.max_prompt_length, int(self.tokenizer.pad_token_id), return_raw_chat=self.config.return_raw_chat
         )
+        if self.vision is None:
+            return batch
+        from verl_like.data.vision import MULTI_MODAL_DATA, RAW_PROMPT_IDS, object_column
+
+        tensors = self.vision.pixel_tensors([item.images for item in items], self.image_slots)
+        for key, value in tensors.items():
+            batch.batch[key] = value
+        batch.non_tensor_batch[MULTI_MODAL_DATA] = object_column(
+            [{"image": list(item.images)} if item.images else None for item in items])
+        batch.non_tensor_batch[RAW_PROMPT_IDS] = object_column(
+            [list(item.raw_prompt_ids) if item.images else list(item.input_ids) for item in items])
+        return batch
+
+    @property
+    def image_slots(self) -> int:
+        """Pixel slots of every batch: the most any prompt of the dataset takes (batches of one dataset share a
+        shape, so they concatenate)."""
+        if not hasattr(self, "_image_slots"):
+            self._image_slots = max(item.image_slots for item in self.items)
+        return self._image_slots
 
 
 def collate(

@@ -37,6 +37,7 @@ class PromptRow:
     extra_info: dict[str, Any] = field(default_factory=dict)
     file: str = ""
     row_index: int = 0
+    images: tuple = ()  # PIL images of an image prompt (data/vision.py), in placeholder order
 
 
 def _where(file: str, row_index: int) -> str:
@@ -114,6 +115,13 @@ def _check_prompt(value: Any, where: str, prompt_key: str) -> list[dict[str, str
         role, content = message["role"], message["content"]
         if role not in CHAT_ROLES:
             raise DataRowError(f"{where}: field {name + '.role'!r} is {role!r}; use one of {CHAT_ROLES}")
+        if isinstance(content, (list, tuple)):  # content parts: text and image parts (data/vision.py)
+            from verl_like.data.vision import content_text
+
+            try:
+                content = content_text(content, f"{where}: field {name + '.content'!r}")
+            except ValueError as error:
+                raise DataRowError(str(error)) from error
         if not isinstance(content, str):
             raise DataRowError(
                 f"{where}: field {name + '.content'!r} is a {type(content).__name__}; message content must be text"
@@ -141,10 +149,14 @@ def _ground_truth(record: dict[str, Any], where: str) -> Any:
 
 
 def check_record(
-    record: dict[str, Any], file: str, row_index: int, prompt_key: str = "prompt", reward_fn_key: str = "data_source"
+    record: dict[str, Any], file: str, row_index: int, prompt_key: str = "prompt", reward_fn_key: str = "data_source",
+    image_key: str = "images", video_key: str = "videos",
 ) -> PromptRow:
     """The checked `PromptRow` of one raw record; raises DataRowError naming the file, row and field."""
     where = _where(file, row_index)
+    if record.get(video_key) not in (None, [], ()):
+        raise DataRowError(f"{where}: field {video_key!r} holds videos; video prompts are not supported (images "
+                           "only, docs/vision.md); drop the column or the row")
     if prompt_key not in record or record[prompt_key] is None:
         raise DataRowError(
             f"{where}: field {prompt_key!r} is missing; columns present: {sorted(record)}; set data.prompt_key to the "
@@ -165,15 +177,25 @@ def check_record(
         raise DataRowError(
             f"{where}: field 'extra_info' is a {type(extra_info).__name__}; it must be an object or null"
         )
-    return PromptRow(prompt, ground_truth, data_source, dict(extra_info), file, row_index)
+    images = ()
+    if record.get(image_key) is not None:
+        from verl_like.data.vision import row_images
+
+        try:
+            images = row_images(record, image_key, where, Path(file).parent)
+        except ValueError as error:
+            raise DataRowError(str(error)) from error
+    return PromptRow(prompt, ground_truth, data_source, dict(extra_info), file, row_index, images)
 
 
 def load_rows(
-    files: list[str] | tuple[str, ...], prompt_key: str = "prompt", reward_fn_key: str = "data_source"
+    files: list[str] | tuple[str, ...], prompt_key: str = "prompt", reward_fn_key: str = "data_source",
+    image_key: str = "images", video_key: str = "videos",
 ) -> list[PromptRow]:
-    """Every row of `files`, in order, checked."""
+    """Every row of `files`, in order, checked (with its images, when it has any under `image_key`)."""
     rows: list[PromptRow] = []
     for file in files:
         records = read_records(file)
-        rows.extend(check_record(record, str(file), i, prompt_key, reward_fn_key) for i, record in enumerate(records))
+        rows.extend(check_record(record, str(file), i, prompt_key, reward_fn_key, image_key, video_key)
+                    for i, record in enumerate(records))
     return rows

@@ -46,6 +46,10 @@ class SyntheticTask:
     flaw: str
     tokenizer: str = "chars"  # the tiny tokenizer its model needs (verl_like/models/tiny.py)
     answer_prefix: str | None = None  # scored on the text after the last prefix (multi-turn), else the whole text
+    # Image tasks: question (a layout key) -> PNG bytes of its picture; the prompt is then `prompt_text` with the
+    # picture in the row's `images` column (data/synthetic_vision.py).
+    render: Callable[[str], bytes] | None = None
+    prompt_text: str | None = None
 
 
 def _digits(rng: random.Random, low: int, high: int) -> str:
@@ -81,6 +85,10 @@ def _calc(rng: random.Random) -> tuple[str, str, str]:
 
 CALC_TOOL = "calculator"
 
+from verl_like.data.synthetic_vision import PROMPT_TEXT as _COUNT_PROMPT  # noqa: E402
+from verl_like.data.synthetic_vision import make_count as _count  # noqa: E402
+from verl_like.data.synthetic_vision import render_count as _render_count  # noqa: E402
+
 TASKS: dict[str, SyntheticTask] = {
     task.name: task
     for task in (
@@ -94,6 +102,9 @@ TASKS: dict[str, SyntheticTask] = {
                       "which the tiny model can only get right by calling the calculator tool",
                       "answers without the tool, one digit wrong ('answer: 10963')", tokenizer="tools",
                       answer_prefix="answer:"),
+        SyntheticTask("count", _count, "vision", "how many squares (1 to 4) a 48x48 picture shows, answered as one "
+                      "digit; a tiny vision-language model", "counts one square too many", tokenizer="vlm",
+                      render=_render_count, prompt_text=_COUNT_PROMPT),
     )
 }
 DEFAULT_TASK = "sort"
@@ -118,6 +129,16 @@ def is_held_out(question: str) -> bool:
 
 
 def _row(task: SyntheticTask, split: str, index: int, question: str, answer: str, flawed: str) -> dict:
+    if task.render is not None:
+        return {
+            "data_source": data_source_of(task.name),
+            "prompt": [{"role": "user", "content": task.prompt_text}],
+            "images": [{"bytes": task.render(question)}],
+            "ability": task.ability,
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split, "index": index, "question": question, "answer": answer,
+                           "flawed_answer": flawed},
+        }
     return {
         "data_source": data_source_of(task.name),
         "prompt": [{"role": "user", "content": question}],

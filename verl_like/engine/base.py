@@ -140,6 +140,16 @@ class TrainEngine(abc.ABC):
         """(HF parameter name, full tensor) one parameter at a time; a collective, same order on every rank.
         With a LoRA adapter: the policy with the adapter merged in (engine/lora.py)."""
 
+    def static_weight_names(self) -> frozenset[str]:
+        """HF names of the parameters training never changes (a frozen vision tower, engine/vision.py): a weight
+        sync may send them once. None by default."""
+        return frozenset()
+
+    def full_state_iterator_skipping(self, skip: frozenset[str]) -> Iterator[tuple[str, torch.Tensor]]:
+        """`full_state_iterator` without the parameters named in `skip` (an engine that can does not gather them);
+        a collective, the same `skip` on every rank."""
+        return ((name, tensor) for name, tensor in self.full_state_iterator() if name not in skip)
+
     @property
     def compute_dtype(self) -> torch.dtype | None:
         """The dtype the forward computes in (None: unknown); the sync check's tolerance reads it."""

@@ -54,6 +54,7 @@ class EngineConfig:
         packed sequences on CUDA (torch's own varlen FlashAttention, engine/varlen_attention.py), else "sdpa".
       gradient_checkpointing: recompute each decoder layer's activations in the backward pass.
       fused_kernels: Triton RMSNorm and SwiGLU in the HF model (engine/fused_layers.py; CUDA only).
+      freeze_vision_tower: a vision-language model's vision encoder gets no gradients (engine/vision.py).
       override_config: entries replacing fields of the HF model config when the model is loaded (verl's
         `model.override_config`, e.g. {"rope_parameters": {"rope_theta": 5e5}}); a mapping value merges into a
         dict-valued field or a sub-config. Stored as sorted (name, value) pairs; an unknown field or a nonzero
@@ -100,6 +101,7 @@ class EngineConfig:
     attn_implementation: str | None = None
     gradient_checkpointing: bool = False
     fused_kernels: bool = False
+    freeze_vision_tower: bool = False
     override_config: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
     trust_remote_code: bool = False
     lr: float = 1e-6

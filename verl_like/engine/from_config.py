@@ -93,11 +93,12 @@ def actor_engine_config(
 ) -> EngineConfig:
     """The causal-LM EngineConfig of the actor (total_training_steps: needed by cosine and warmup ratio;
     override_config / trust_remote_code / lora: actor_rollout_ref.model's, see `lora_settings`)."""
-    return build_engine_config(
+    config = build_engine_config(
         actor, "causal_lm", model_path, total_training_steps, seed,
         override_config=override_config, trust_remote_code=trust_remote_code, fused_kernels=actor.use_fused_kernels,
         lora=lora,
     )
+    return dataclasses.replace(config, freeze_vision_tower=actor.freeze_vision_tower)
 
 
 def lora_settings(model: ModelConfig | None) -> LoraSettings | None:

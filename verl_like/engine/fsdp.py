@@ -268,12 +268,23 @@ class FSDPEngine(TrainEngine):
                 for name, param in self.model.named_parameters()}
 
     def full_state_iterator(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return self.full_state_iterator_skipping(frozenset())
+
+    def full_state_iterator_skipping(self, skip: frozenset[str]) -> Iterator[tuple[str, torch.Tensor]]:
         if self.lora_enabled:
-            yield from lora.merged_state_iterator(self.model)
+            yield from ((n, t) for n, t in lora.merged_state_iterator(self.model) if n not in skip)
             return
         for name, param in self.model.named_parameters():
+            if name in skip:  # the same on every rank: the collective order stays the same
+                continue
             full = param.full_tensor() if isinstance(param, DTensor) else param
             yield name, full.detach()
+
+    def static_weight_names(self) -> frozenset[str]:
+        """A frozen vision tower's parameters (LoRA's frozen base is not static: the merged policy changes)."""
+        if not self.config.freeze_vision_tower or self.lora_enabled:
+            return frozenset()
+        return frozenset(name for name, param in self.model.named_parameters() if not param.requires_grad)
 
     @property
     def compute_dtype(self) -> torch.dtype:

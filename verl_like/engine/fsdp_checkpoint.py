@@ -37,9 +37,11 @@ from verl_like.utils.device import is_cuda_available
 logger = logging.getLogger(__name__)
 
 HF_FILES_DIR = "huggingface"
-# Files of a HF model directory that make up its tokenizer (copied into a checkpoint's huggingface/ folder).
+# Files of a HF model directory that make up its tokenizer, and a vision-language model's processor (copied into a
+# checkpoint's huggingface/ folder, and by the model merger).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                   "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json")
+                   "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json",
+                   "preprocessor_config.json", "processor_config.json")
 
 
 def _rng_state() -> dict[str, Any]:

@@ -15,12 +15,14 @@ import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl_like.engine.model_outputs import response_mask_of
+from verl_like.engine.vision import VISION_TENSOR_KEYS
 from verl_like.protocol import DataProto
 from verl_like.utils.seqlen_balancing import min_parts_within_budget, partition_within_budget
 
 logger = logging.getLogger(__name__)
 
-MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+# Image prompts add their pixels (engine/vision.py), carried row by row like the ids.
+MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", *VISION_TENSOR_KEYS)
 
 
 def engine_inputs(batch: DataProto, model_kind: str, engine_name: str) -> DataProto:

@@ -22,6 +22,7 @@ from transformers import (
 
 from verl_like.engine import varlen_attention
 from verl_like.engine.config import EngineConfig, torch_dtype
+from verl_like.engine.vision import check_supported, is_vision_config, prepare_vision_model
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,14 @@ def load_model(config: EngineConfig) -> PreTrainedModel:
     # Heads missing from the checkpoint (value / score) are initialised from torch's RNG: the same seed on
     # every rank gives the same head, which FSDP then shards.
     torch.manual_seed(config.seed)
-    if config.model_kind == "causal_lm":
+    vision = is_vision_config(hf_config)
+    if vision and config.model_kind == "causal_lm":
+        from transformers import AutoModelForImageTextToText
+
+        check_supported(hf_config)
+        model = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+        prepare_vision_model(model, config.freeze_vision_tower)
+    elif config.model_kind == "causal_lm":
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     else:
         hf_config.num_labels = 1

@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from verl_like.engine.token_log_probs import token_log_probs
+from verl_like.engine.vision import VISION_TENSOR_KEYS
 
 
 # A causal-LM batch holding this key `(batch, response_len, k)` of token ids (a teacher's top-k) also gets
@@ -137,14 +138,22 @@ def _per_token_scores(model: nn.Module) -> Iterator[None]:
 
 
 def _forward(model: nn.Module, tensors: TensorDict, layout: _PackedLayout | None, **kwargs):
-    """The model's output on the padded micro-batch, or on its packed row when `layout` is given."""
+    """The model's output on the padded micro-batch, or on its packed row when `layout` is given; an image
+    batch's pixels (engine/vision.py) go with the padded rows they belong to."""
+    pixels = {key: tensors[key] for key in VISION_TENSOR_KEYS if key in tensors.keys()}
     if layout is None:
         return model(
             input_ids=tensors["input_ids"],
             attention_mask=tensors["attention_mask"],
             position_ids=tensors["position_ids"],
             use_cache=False,
+            **pixels,
             **kwargs,
+        )
+    if pixels:
+        raise ValueError(
+            "use_remove_padding packs the micro-batch into one row, which image prompts do not support yet (the "
+            "model matches image features to rows); set actor_rollout_ref.model.use_remove_padding=false"
         )
     return model(input_ids=layout.input_ids, position_ids=layout.position_ids, use_cache=False, **kwargs)
 

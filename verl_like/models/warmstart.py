@@ -119,12 +119,14 @@ def supervised_finetune(
     loss_mask: torch.Tensor,
     spec: WarmStartSpec,
     progress_every_s: float = 10.0,
+    row_inputs: dict[str, torch.Tensor] | None = None,
 ) -> list[float]:
     """Trains `model` in place on the masked next-token loss; returns the loss of every step.
 
     Inputs are `(rows, seq_len)` from `sft_tensors`; each step takes `spec.batch_size` rows of a seeded
-    permutation (reshuffled every epoch). Logs the step and loss every `progress_every_s` seconds (a first run on
-    2 loaded cores spends minutes here).
+    permutation (reshuffled every epoch). `row_inputs`: more model inputs, one entry per row (a VLM's pixels),
+    picked with the rows. Logs the step and loss every `progress_every_s` seconds (a first run on 2 loaded cores
+    spends minutes here).
     """
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
@@ -142,7 +144,8 @@ def supervised_finetune(
         picked = order[cursor : cursor + spec.batch_size]
         cursor += spec.batch_size
         ids, mask, targets_mask = input_ids[picked], attention_mask[picked], loss_mask[picked]
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+        extra = {key: value[picked] for key, value in (row_inputs or {}).items()}
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **extra).logits[:, :-1]
         token_loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1), reduction="none"
         ).view_as(ids[:, 1:])

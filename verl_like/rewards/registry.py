@@ -31,6 +31,7 @@ def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
 register_scorer("openai/gsm8k", "gsm8k")(gsm8k.compute_score)
 register_scorer(
     "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math", "hendrycks/math",
+    "hiyouga/geometry3k",  # image rows (examples/data_preprocess/geometry3k.py): a boxed answer, like MATH
 )(math.compute_score)
 
 

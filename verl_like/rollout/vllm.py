@@ -187,6 +187,10 @@ class VLLMRolloutEngine(RolloutEngine):
         self._tp_rank = vllm_compat.tensor_parallel_rank() if options.tensor_parallel_size > 1 else 0
         self._awake_parts = set(_ENGINE_PARTS)  # a new engine is awake
         self._adapters = None
+        from verl_like.rollout.vllm_vision import engine_vision_info
+
+        self._vision = engine_vision_info(self.llm)  # None for a text model
+        self.images_sent = 0  # images handed to vLLM, one per image of a prompt whatever n (rollout/vllm_vision.py)
         if options.max_lora_rank:
             from verl_like.rollout.vllm_lora import VLLMAdapterSlot
 
@@ -199,9 +203,21 @@ class VLLMRolloutEngine(RolloutEngine):
         if self._asleep:
             raise RuntimeError("VLLMRolloutEngine.generate called while asleep; call wake_up() first")
         token_lists = prompt_token_lists(prompts)
-        requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
-        params = [token_sampling_params(sampling.vllm_fields(index)) for index in range(len(requests))]
+        if self._vision is not None:
+            from verl_like.rollout import vllm_vision
+
+            requests, self.images_sent = vllm_vision.vision_requests(prompts, token_lists, self.images_sent)
+            params = [token_sampling_params(vllm_vision.sampling_fields(sampling.vllm_fields(index), self._vision))
+                      for index in range(len(requests))]
+        else:
+            if "multi_modal_data" in prompts.non_tensor_batch:  # data/vision.py's column
+                raise ValueError(f"the batch holds images but {self.model_path} is a text model; use a "
+                                 "vision-language model (docs/vision.md)")
+            requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
+            params = [token_sampling_params(sampling.vllm_fields(index)) for index in range(len(requests))]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request())
+        if self._vision is not None:
+            vllm_vision.check_expansion(outputs, token_lists)
 
         responses, log_probs = [], []
         for output in outputs:
@@ -280,8 +296,11 @@ class VLLMRolloutEngine(RolloutEngine):
         return not _ENGINE_PARTS <= self._awake_parts
 
     def reset_cache(self) -> None:
-        """Drops the prefix cache (its KV was computed with older weights)."""
+        """Drops the prefix cache (its KV was computed with older weights), and for a vision-language model the
+        encoder cache (vision embeddings of images seen before, keyed by image, not weights)."""
         self.llm.reset_prefix_cache()
+        if self._vision is not None:
+            vllm_compat.reset_encoder_cache(self.llm)
 
     @property
     def tp_rank(self) -> int:

@@ -15,6 +15,11 @@ What differs, and how each function below absorbs it:
   `isolate_cpu_shm_names(tag)` prefixes the names with a tag unique to the torch.distributed world, and
   `remove_cpu_shm(tag)` unlinks them (a killed process never does).
 - `SamplingParams(flat_logprobs=...)` exists in the releases we support; `flat_logprobs_kwargs` checks for it.
+- the encoder cache (vision embeddings keyed by image hash, shared across requests) survives
+  `reset_prefix_cache`; 0.32's `LLMEngine.reset_encoder_cache` drops it (after a weight update a repeated image
+  would otherwise get the old tower's embeddings: seen as a 1e-2 log-prob gap on the steps where an image came
+  back). Releases without it keep no such cache across weight updates that we know of; `reset_encoder_cache`
+  skips them.
 - server mode (checked in both releases' source): the weight-transfer routes, their bodies and the engine base
   class are the same for our gloo engine; 0.25 routes them under `entrypoints/serve/dev/rlhf`, ignores a
   `weight_version` sent to `/finish_weight_update` and has no `GET /weight_info`; 0.25's engine base also declares
@@ -59,6 +64,13 @@ logger = logging.getLogger(__name__)
 
 # Sampled-token log-probs after temperature/top-k/top-p, like the trainer recomputes them.
 PROCESSED_LOGPROBS_MODE = "processed_logprobs"
+
+
+def reset_encoder_cache(llm: Any) -> None:
+    """Drops vLLM's cached vision-encoder outputs (a no-op on releases without the call)."""
+    reset = getattr(llm.llm_engine, "reset_encoder_cache", None)
+    if reset is not None:
+        reset()
 
 
 def no_split_token_budget(max_num_seqs: int, max_model_len: int) -> int:

@@ -106,6 +106,7 @@ def run_preflight(
         check_dashboard_port(config)
     check_loggers(config.trainer.logger)
     check_data_files(config)
+    check_image_data(config)
     if reward_fn is None:
         check_data_sources_have_scorers(config)
     check_run_dir(config)
@@ -227,6 +228,17 @@ def check_data_files(config: PPOConfig) -> None:
                     f"{key}: {path!r} is a {Path(path).suffix or 'suffix-less'} file; verl_like reads "
                     f"{' and '.join(SUPPORTED_SUFFIXES)} (examples/data_preprocess/ writes parquet), or 'synthetic:<task>'"
                 )
+
+
+def check_image_data(config: PPOConfig) -> None:
+    """Rows with images (data.image_key) are read and checked before Ray starts: a missing or unreadable image or
+    a placeholder count unequal to the image count is refused naming the row (data/vision.py)."""
+    from verl_like.data.vision import check_image_rows
+
+    for files in (config.data.train_files, config.data.val_files):
+        readable = [path for path in files if not is_synthetic(path) and Path(path).expanduser().is_file()]
+        if readable:
+            check_image_rows(readable, config.data)
 
 
 def _data_sources(path: Path, column: str) -> set[str] | None:

@@ -45,6 +45,11 @@ def resolve_model_path(config: PPOConfig) -> str:
     task = parse_synthetic_spec(first)[0] if first.startswith(SYNTHETIC_PREFIX) else WarmStartSpec().task
     from verl_like.data.synthetic import get_task
 
+    if get_task(task).tokenizer == "vlm":  # an image task: the tiny vision-language model (models/tiny_vlm.py)
+        from verl_like.models.warmstart_vlm import vlm_warmstart_for
+
+        return str(vlm_warmstart_for(model, task, cache_dir() / "models"))
+
     # A task names the tokenizer its model needs (tool tasks: JSON characters and the tool-call tags).
     tiny = dataclasses.replace(tiny_model_spec(model), tokenizer=get_task(task).tokenizer)
     spec = WarmStartSpec(model=tiny, task=task)
@@ -250,9 +255,14 @@ def build_components(
         rm_model = config.reward_model.model
         check_same_tokenizer(tokenizer, rm_model.path, trust_remote_code=rm_model.trust_remote_code)
     data_dir = cache_dir() / "data"
-    train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data)
+    from verl_like.data.vision import check_vision_config, load_processor
+
+    processor = load_processor(model.tokenizer_path or model_path, model.trust_remote_code)  # None: text model
+    train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data, processor)
     val_files = config.data.val_files
-    val_set = RLDataset(resolve_data_files(val_files, data_dir), tokenizer, config.data) if val_files else None
+    val_set = (RLDataset(resolve_data_files(val_files, data_dir), tokenizer, config.data, processor)
+               if val_files else None)
+    check_vision_config(config, train_set, val_set)
     train_loader = PromptLoader(train_set, config.data.train_batch_size, shuffle=config.data.shuffle, seed=config.data.seed)
     val_loader = None
     if val_set is not None:

@@ -28,6 +28,7 @@ from verl_like.algorithms import (
 from verl_like.config.actor import ActorConfig
 from verl_like.engine.base import LossFn, TrainEngine
 from verl_like.engine.model_outputs import response_mask_of
+from verl_like.engine.vision import VISION_TENSOR_KEYS
 from verl_like.protocol import DataProto
 from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
 
@@ -110,7 +111,8 @@ class PPOActor:
                 "PPOActor.update_policy: batch.meta_info['temperature'] is unset; set it to the rollout's sampling "
                 "temperature (the log-probs must be computed as the rollout sampled)"
             )
-        optional = [key for key in ("response_mask", "rollout_is_weights") if key in batch.batch.keys()]
+        optional = [key for key in ("response_mask", "rollout_is_weights", *VISION_TENSOR_KEYS)
+                    if key in batch.batch.keys()]
         meta = ["temperature"] + [key for key in ("lr_scale",) if key in batch.meta_info]
         return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=meta)
 

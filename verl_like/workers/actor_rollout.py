@@ -570,14 +570,22 @@ class ActorRolloutWorker(Worker):
         return rollout_rate(float(totals), float(slowest))
 
     def _log_prob_diff(self, data: DataProto, old_log_probs: torch.Tensor) -> dict[str, float]:
+        """rollout/logprob_diff_{mean,max} over every response token; for a batch with images (docs/vision.md) also
+        rollout/image_logprob_diff_{mean,max} over the rows that have an image."""
         mask = response_mask_of(data.batch).bool()
+        metrics = self._reduced_diff(data, old_log_probs, mask, "rollout/logprob_diff")
+        if "pixel_attention_mask" in data.batch.keys():  # the same on every rank: a dataset has images or not
+            has_image = data.batch["pixel_attention_mask"].flatten(1).any(dim=1)
+            metrics.update(self._reduced_diff(data, old_log_probs, mask & has_image.unsqueeze(1),
+                                              "rollout/image_logprob_diff"))
+        return metrics
+
+    def _reduced_diff(self, data: DataProto, old_log_probs: torch.Tensor, mask: torch.Tensor,
+                      name: str) -> dict[str, float]:
         diff = (data.batch["rollout_log_probs"].float() - old_log_probs.float()).abs()[mask]
         sums = torch.tensor([float(diff.sum()), float(diff.numel())], dtype=torch.float64)
         peak = torch.tensor([float(diff.max()) if diff.numel() else 0.0], dtype=torch.float64)
         group = self._require(self.actor, "compute_log_prob").engine.dp_group
         dist.all_reduce(sums, group=group)
         dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=group)
-        return {
-            "rollout/logprob_diff_mean": float(sums[0] / sums[1]) if sums[1] > 0 else 0.0,
-            "rollout/logprob_diff_max": float(peak),
-        }
+        return {f"{name}_mean": float(sums[0] / sums[1]) if sums[1] > 0 else 0.0, f"{name}_max": float(peak)}

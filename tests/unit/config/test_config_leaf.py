@@ -22,6 +22,7 @@ LAZY_ALLOWED = {
     ("loader.py", "verl_like.utils.hub"),  # HF hub ids -> local snapshots (check_paths)
     ("model.py", "verl_like.models.tiny"),  # tiny_spec's fields
     ("validate.py", "verl_like.data.synthetic"),  # synthetic:<task> names
+    ("vision.py", "verl_like.data.synthetic"),  # whether a synthetic:<task> draws images
     ("validate.py", "verl_like.models.tiny"),  # the builtin tokenizer, compared with a critic's
     ("validate.py", "verl_like.engine.model_loading"),  # override_config against the model's HF config
 }

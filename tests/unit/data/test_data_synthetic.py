@@ -23,6 +23,11 @@ def test_answers_are_correct_and_encodable(task):
     for row in generate_split(task, "train", 200, seed=1):
         question, answer = row["prompt"][0]["content"], row["reward_model"]["ground_truth"]
         flawed = row["extra_info"]["flawed_answer"]
+        if task == "count":  # an image task: the layout key is in extra_info, the picture in `images`
+            check_encodable(question.replace("<image>", "") + answer + flawed)
+            squares = row["extra_info"]["question"].split(" ", 1)[1].split(",")
+            assert int(answer) == len(squares) and int(flawed) == len(squares) + 1 and len(row["images"]) == 1
+            continue
         check_encodable(question + answer + flawed)
         if task == "calc":  # a 3-digit times a 2-digit number; the flaw has one digit wrong
             a, b = (int(x) for x in question.split()[1].split("*"))
@@ -47,10 +52,10 @@ def test_answers_are_correct_and_encodable(task):
 
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_test_split_is_held_out_and_distinct(task):
-    test = [r["prompt"][0]["content"] for r in generate_split(task, "test", 200)]
+    test = [r["extra_info"]["question"] for r in generate_split(task, "test", 200)]  # an image task's layout
     assert len(set(test)) == 200 and all(is_held_out(q) for q in test)
     for split in ("train", "sft"):
-        questions = {r["prompt"][0]["content"] for r in generate_split(task, split, 1000)}
+        questions = {r["extra_info"]["question"] for r in generate_split(task, split, 1000)}
         assert not questions & set(test)
 
 
@@ -66,7 +71,7 @@ def test_asking_for_more_held_out_questions_than_exist():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match=r"unknown synthetic task 'mul'; known tasks: \['add', 'calc', 'reverse', 'sort'\]"):
+    with pytest.raises(ValueError, match=r"unknown synthetic task 'mul'; known tasks: \['add', 'calc', 'count', 'reverse', 'sort'\]"):
         generate_split("mul", "train", 5)
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         generate_split("add", "dev", 5)

@@ -23,6 +23,7 @@ class Rollout:
     def __init__(self, adapters: bool, slices: bool = True) -> None:
         self.supports_adapters = adapters
         self.supports_slice_loading = slices
+        self.sleep_discards_weights = False
 
     def load_weights(self, named_tensors) -> None:
         pass

@@ -50,4 +50,5 @@ def build_colocated_transport(
             return SlicedTransport(engine, rollout, shape, config.bucket_bytes, config.weight_sync_timeout_s)
         except UnknownLayoutError as err:
             logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)
-    return FullTensorTransport(engine, rollout.load_weights)
+    # A frozen vision tower goes to vLLM once, unless the engine's sleep throws its weights away.
+    return FullTensorTransport(engine, rollout.load_weights, send_static_once=not rollout.sleep_discards_weights)

