@@ -28,6 +28,9 @@ from verl_like.rollout.server_generate import ROUTE as GENERATE_ROUTE
 from verl_like.rollout.server_generate import decode_array
 
 logger = logging.getLogger(__name__)
+# vLLM's refusal of start_weight_update while an earlier update is open (the worker's message, every release we
+# support).
+ABANDONED_UPDATE = "weight update is already active"
 # httpx logs every request at INFO: thousands of lines per rollout.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -227,7 +230,18 @@ class ServerClient:
         self.request("POST", "/init_weight_transfer_engine", json={"init_info": init_info}, timeout_s=timeout_s)
 
     def start_weight_update(self) -> None:
-        self.request("POST", "/start_weight_update")
+        """Opens a weight update. A server still inside an update that its sender never finished (a trainer that
+        died mid-sync) refuses a new one; that update is finished first (every weight is sent again in this one),
+        so a restarted trainer can use the same server."""
+        try:
+            self.request("POST", "/start_weight_update")
+        except ServerError as err:
+            if err.status is None or ABANDONED_UPDATE not in str(err):
+                raise
+            logger.warning("%s: a weight update an earlier sender began was never finished (its trainer died "
+                           "mid-sync); finishing it before this one, which sends every weight again", self)
+            self.request("POST", "/finish_weight_update", json={})
+            self.request("POST", "/start_weight_update")
 
     def update_weights(self, update_info: dict[str, Any], timeout_s: float) -> None:
         self.request("POST", "/update_weights", json={"update_info": update_info}, timeout_s=timeout_s)
