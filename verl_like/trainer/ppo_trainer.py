@@ -353,13 +353,11 @@ class PPOTrainer:
             batch = self._collect_rollouts(timings, metrics)
             metrics.update(mean_metrics(batch.meta_info.pop("metrics", {})))
             batch = update(StepContext(self.config, c, self.global_step), batch, timings, metrics)
-        if name == "ppo":
-            metrics.update(data_metrics(batch, self.config.data.max_response_length))
         metrics.update(throughput_metrics(batch, timings, c.world_size))
-        if name == "ppo":
-            metrics.update(self._mfu_metrics(batch, timings))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
-        if name == "ppo":
+        if name == "ppo":  # the batch has advantages and returns (online DPO's pair metrics are its own)
+            metrics.update(data_metrics(batch, self.config.data.max_response_length))
+            metrics.update(self._mfu_metrics(batch, timings))
             metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
         return metrics
 
