@@ -379,7 +379,7 @@ class PPOTrainer:
                 cfg.algorithm.rollout_is_config(),
             )
             batch.batch["rollout_is_weights"] = weights
-            metrics.update({f"rollout_is/{k}": float(v) for k, v in is_metrics.items()})
+            metrics.update({k: float(v) for k, v in is_metrics.items()})  # keys are rollout_is/*
         if c.teacher is not None:  # distillation.enable: the teacher's top-k log-probs on these samples
             with timed(timings, "teacher"):
                 batch = _merge(batch, c.teacher.compute_teacher_topk(batch), metrics)
