@@ -58,11 +58,18 @@ class ServerError(RuntimeError):
 
 @dataclass(frozen=True)
 class Completion:
-    """One sample of a completion request: its token ids and their log-probs (after sampling processors)."""
+    """One sample of a completion request: its token ids and their log-probs (after sampling processors);
+    `weight_versions`: the `(version, start, end)` runs of tokens each weight version sampled, where the server
+    says (our route on vLLM releases that label them), else None."""
 
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str | None
+    weight_versions: list[tuple[str, int, int]] | None = None
+
+
+def _spans(spans: Any) -> list[tuple[str, int, int]] | None:
+    return [(str(v), int(start), int(end)) for v, start, end in spans] if spans else None
 
 
 class ServerClient:
@@ -196,7 +203,8 @@ class ServerClient:
                                   timeout_s=timeout_s, resend_stale=True)
             return [
                 Completion(decode_array(sample["token_ids"], "<i4").tolist(),
-                           decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"])
+                           decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"],
+                           _spans(sample.get("weight_versions")))
                 for sample in answer["samples"]
             ]
         # return_tokens_as_token_ids: the server writes "token_id:N" for each log-prob entry instead of decoding

@@ -10,11 +10,13 @@ engine on the same batch, which skips all of it (`detokenize=False`, flat log-pr
 middleware of the server's FastAPI app, in the server's front process). It answers
 
     POST /verl_like/generate  {"prompt_token_ids": [int, ...], "params": {vLLM SamplingParams fields}}
-      -> {"samples": [{"token_ids": b64 int32, "log_probs": b64 float32, "finish_reason": str | null}, ...]}
+      -> {"samples": [{"token_ids": b64 int32, "log_probs": b64 float32, "finish_reason": str | null,
+                       "weight_versions": [[version, start, end], ...] | null}, ...]}
     GET  /verl_like/generate  -> {"version": 1}   (clients probe it; a server without it answers 404)
 
 through the same engine client the OpenAI routes use, so `/pause`, `/resume` and the weight updates act on these
-requests as on any other. Every other path passes through untouched.
+requests as on any other. `weight_versions` (vLLM releases that label them, see vllm_compat) are the runs of
+output tokens each weight version sampled: a request frozen across an update (partial rollout) has two. Every other path passes through untouched.
 
 Fault hook (tests; only in a server started with VERL_LIKE_FAULT_HOOKS=1, else 404):
 
@@ -75,6 +77,7 @@ def encode_output(output: Any) -> list[dict[str, Any]]:
             "token_ids": encode_array(tokens, "<i4"),
             "log_probs": encode_array(log_probs, "<f4"),
             "finish_reason": sample.finish_reason,
+            "weight_versions": vllm_compat.weight_version_spans(sample),
         })
     return samples
 

@@ -36,13 +36,16 @@ _FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed", "stop_token_id
 @dataclass
 class TokenOutput:
     """One generated turn: `token_ids`, their rollout `log_probs`, and vLLM's `finish_reason` ("stop", "length",
-    "abort"). `stop_reason` / `num_preempted` / `routed_experts` are verl's fields of the same object."""
+    "abort"). `stop_reason` / `num_preempted` / `routed_experts` are verl's fields of the same object.
+    `weight_versions`: `(version, start, end)` per run of tokens one weight version sampled, where the engine
+    labels them (servers on vLLM 0.32; a turn frozen across a weight update has two runs), else None."""
 
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str | None = None
     num_preempted: int | None = None
     routed_experts: Any = None
+    weight_versions: list[tuple[str, int, int]] | None = None
 
     @property
     def stop_reason(self) -> str | None:
@@ -181,7 +184,8 @@ class ServerTokenGenerator(TokenGenerator):
         completions = await loop.run_in_executor(
             self._pool, self.servers.complete_on, list(prompt_ids), fields, self._sticky, request_id)
         sample = completions[0]
-        return TokenOutput(list(sample.token_ids), list(sample.log_probs), sample.finish_reason)
+        return TokenOutput(list(sample.token_ids), list(sample.log_probs), sample.finish_reason,
+                           weight_versions=sample.weight_versions)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

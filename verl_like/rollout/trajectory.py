@@ -47,7 +47,8 @@ class Trajectory:
     mask_reason: per response id, a `LossMaskReason` (TRAINED exactly where the loss trains).
     log_probs: per response id, the rollout log-prob of a sampled id, 0.0 for inserted ones.
     turn_starts: offsets in response_ids where each assistant turn begins. turn_versions: the weight version that
-      generated each assistant turn. turn_rewards: per-turn rewards a tool or environment gave.
+      sampled each assistant turn's last token; turns_across_update: turns a weight update froze and the next
+      version finished (partial rollout). turn_rewards: per-turn rewards a tool or environment gave.
     reward_score: a final reward the agent loop computed itself (None: the reward manager scores the sample).
     num_turns: chat turns (user, assistant, tool). tool_calls / tool_errors / malformed_calls: counts.
     infra_failure: why the sample failed through no fault of the policy (tool raised, hung, crashed), else None.
@@ -62,6 +63,7 @@ class Trajectory:
     turn_starts: list[int] = field(default_factory=list)
     turn_versions: list[int] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
+    turns_across_update: int = 0
     reward_score: float | None = None
     num_turns: int = 0
     tool_calls: int = 0
@@ -129,7 +131,7 @@ def build_trajectory_batch(
     prompt row i. `prompts` is left-padded to `prompt_length` (or the input's width, if wider) so that the batches
     of several workers concatenate; a longer prompt raises. Prompt columns other than the prompt tensors are
     repeated n times, as for single-turn rollouts; non-tensor columns added: agent_reward (the loop's own score
-    or None), agent_num_turns, agent_extra."""
+    or None), agent_num_turns, agent_turn_versions (the version of each assistant turn), agent_extra."""
     rows = len(prompts) * n
     if len(trajectories) != rows:
         raise ValueError(f"expected {rows} trajectories ({len(prompts)} prompts x n={n}), got {len(trajectories)}")
@@ -184,6 +186,7 @@ def build_trajectory_batch(
     non_tensors = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}
     non_tensors["agent_reward"] = np.array([t.reward_score for t in trajectories], dtype=object)
     non_tensors["agent_num_turns"] = np.array([t.num_turns for t in trajectories], dtype=object)
+    non_tensors["agent_turn_versions"] = [list(t.turn_versions) for t in trajectories]
     non_tensors["agent_extra"] = np.array([dict(t.extra) for t in trajectories], dtype=object)
     meta_info = dict(prompts.meta_info)
     meta_info["metrics"] = {**meta_info.get("metrics", {}), **metrics}
@@ -210,4 +213,7 @@ def trajectory_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "agent/malformed_calls": float(sum(t.malformed_calls for t in trajectories)),
         "agent/infra_failures": float(sum(t.infra_failure is not None for t in trajectories)),
         "agent/truncated_fraction": sum(t.truncated for t in trajectories) / count,
+        "agent/turns_across_update": float(sum(t.turns_across_update for t in trajectories)),
+        "agent/mixed_version_samples": sum(len(set(t.turn_versions)) > 1 or t.turns_across_update > 0
+                                           for t in trajectories) / count,
     }

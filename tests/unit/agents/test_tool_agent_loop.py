@@ -159,3 +159,51 @@ def test_budget_exhaustion_truncates(runner):
     out, _ = run(runner, [call("1") * 3])  # every turn calls again until the budget runs out
     assert out.meta_info["metrics"]["agent/truncated_fraction"] == 1.0
     assert int(out.batch["attention_mask"][0, -W:].sum()) == W
+
+
+class Updating(Scripted):
+    """Scripted, with a weight update (version += 1) landing while each sample's second turn generates; with
+    `labels` the engine labels its tokens as vLLM 0.32's servers do (the first 2 tokens old, the rest new)."""
+
+    def __init__(self, turns, labels: bool) -> None:
+        super().__init__(turns)
+        self.labels = labels
+        self.version = 3
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
+        second = TOK.convert_ids_to_tokens(list(prompt_ids)).count("<|assistant|>") == 2
+        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        if not second:
+            return out
+        old = self.version
+        self.version = old + 1
+        if self.labels:  # a label the version counter never reached: only the engine's labels can give it
+            n = len(out.token_ids)
+            out.weight_versions = [(str(old), 0, 2), ("7", 2, n)]
+        return out
+
+
+@pytest.mark.parametrize("labels", [False, True])
+def test_a_turn_a_weight_update_froze_keeps_the_finishing_version(runner, labels):
+    generator = Updating([call("7"), "answer: 7"], labels)
+    out = runner.run_sync(prompts(), SamplingConfig(n=2, max_tokens=W), generator, TOK.pad_token_id)
+    versions = out.non_tensor_batch["agent_turn_versions"].tolist()
+    # sample 0's answer finished after the first update, sample 1's after the second (the counter moves per turn)
+    assert versions == ([[3, 7], [3, 7]] if labels else [[3, 4], [3, 5]])
+    metrics = out.meta_info["metrics"]
+    assert metrics["agent/turns_across_update"] == 2 and metrics["agent/mixed_version_samples"] == 1.0
+    assert out.batch["response_mask"].sum() > 0  # the frozen turn is trained (rollout IS reads its log-probs)
+
+
+@pytest.mark.parametrize(("spans", "before", "after", "expected"), [
+    (None, 2, 2, (2, False)),
+    (None, 2, 3, (3, True)),
+    ([("5", 0, 9)], 5, 6, (5, False)),  # sampled by 5 whole; the counter moved after it finished
+    ([("5", 0, 4), ("6", 4, 9)], 5, 6, (6, True)),
+    ([("6", 3, 9)], 5, 6, (6, True)),  # tokens before the first label: the engine had none yet
+    ([("v1", 0, 9)], 0, 0, (0, False)),  # a label that is not a number: the counter's version
+])
+def test_turn_version_reads_the_engine_labels_first(spans, before, after, expected):
+    from verl_like.experimental.agent_loop.runner import turn_version
+
+    assert turn_version(spans, before, after) == expected

@@ -193,3 +193,12 @@ def test_rollout_dump_records_whole_trajectory_and_trained_tokens(batch):
     records = rollout_records(batch, build_tokenizer(), step=1, weight_version=0)
     assert [r["trained_tokens"] for r in records] == batch.batch["response_mask"].sum(-1).tolist()
     assert not any(r["infra_failure"] for r in records)
+
+
+def test_rollout_dump_records_each_turns_version():
+    trajectories = _trajectories()
+    trajectories[3].turn_versions = [4, 4, 5, 5]  # partial rollout: a weight update between its turns
+    scored = build_trajectory_batch(_prompts(), trajectories, 2, 4, R, 0, {})
+    scored.batch["token_level_scores"] = torch.zeros(4, R)
+    records = rollout_records(scored, build_tokenizer(), step=1, weight_version=4)
+    assert [r["turn_versions"] for r in records] == [[0, 0], [0], [0, 0], [4, 4, 5, 5]]

@@ -95,7 +95,9 @@ def check_template(tokenizer: Any, name: str, mode: str = "strict", **template_k
     decode to whitespace only; "disable" skips the check."""
     if mode == "disable":
         return None
-    call = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    # The call turn reasons first, in the layout reasoning templates render it, so that a template which drops
+    # earlier turns' reasoning (e.g. before the last tool reply) is caught; to other templates it is plain text.
+    call = '<think>\nr\n</think>\n\n<tool_call>{"name": "f", "arguments": {}}</tool_call>'
     conversation = [{"role": "user", "content": "3"}, {"role": "assistant", "content": call},
                     {"role": "tool", "content": "4"}, {"role": "assistant", "content": "5"}]
     try:

@@ -3,7 +3,11 @@
 The process that owns the engine runs it: each colocated worker for its chunk (with the in-process engine), or
 the driver in server mode (with the servers). Every sample gets its own `_SampleSession` as its
 `server_manager`: it seeds each turn (a resumed run samples what the uninterrupted one did), bounds each turn by
-what is left of the response budget, and records the weight version of each turn.
+what is left of the response budget, and records the weight version of each turn: the version that sampled its
+last token (the engine's per-token labels where it gives them, else the generator's version when the turn came
+back). With partial rollout a turn in flight at a weight update is frozen and finished by the new weights; it is
+counted in `turns_across_update` (two labelled runs of tokens, or the version changed while it ran). Each of its
+tokens keeps the log-prob of the weights that sampled it, which is what rollout importance sampling reads.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class _SampleSession:
         self.defaults = defaults
         self.first_prompt_len: int | None = None
         self.versions: list[int] = []
+        self.turns_across_update = 0
 
     async def generate(self, request_id: str | None = None, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, video_data: Any = None) -> TokenOutput:
@@ -51,10 +56,25 @@ class _SampleSession:
         params["max_tokens"] = min(int(params.get("max_tokens", remaining)), remaining)
         if self.seed is not None:
             params["seed"] = self.seed + len(self.versions) * _TURN_SEED_STRIDE
+        before = int(getattr(self.generator, "version", 0))
         out = await self.generator.generate(self.session_id, prompt_ids=prompt_ids, sampling_params=params,
                                             image_data=image_data, video_data=video_data)
-        self.versions.append(int(getattr(self.generator, "version", 0)))
+        after = int(getattr(self.generator, "version", 0))
+        version, across = turn_version(out.weight_versions, before, after)
+        self.versions.append(version)
+        self.turns_across_update += int(across)
         return out
+
+
+def turn_version(spans: list[tuple[str, int, int]] | None, before: int, after: int) -> tuple[int, bool]:
+    """(the version that sampled a turn's last token, whether a weight update came while the turn ran) from the
+    engine's labelled runs of tokens `(version, start, end)` (tokens before the first run had no label: an update
+    came later), else from the generator's version before and after the turn."""
+    if not spans:
+        return after, after != before
+    label = spans[-1][0]
+    version = int(label) if label.lstrip("-").isdigit() else after
+    return version, len(spans) > 1 or spans[0][1] > 0
 
 
 def sampling_params_of(sampling: SamplingConfig) -> dict[str, Any]:
@@ -120,6 +140,7 @@ class AgentLoopRunner:
         output = await loop.run(dict(sampling_params), **kwargs)
         trajectory = to_trajectory(output, name)
         trajectory.turn_versions = list(session.versions)
+        trajectory.turns_across_update = session.turns_across_update
         return trajectory
 
     async def run(self, prompts: DataProto, sampling: SamplingConfig, generator: TokenGenerator,
