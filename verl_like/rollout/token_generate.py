@@ -23,6 +23,7 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,12 +100,14 @@ def _check_text_only(image_data: Any, video_data: Any) -> None:
 
 
 class VLLMTokenGenerator(TokenGenerator):
-    """The in-process engine of `llm` (a `vllm.LLM`) driven request by request from one event loop."""
+    """The in-process engine of `llm` (a `vllm.LLM`) driven request by request from one event loop.
+    `lora_request`: returns the adapter every request carries (a LoRA run's current version), or None."""
 
-    def __init__(self, llm: Any, max_model_len: int) -> None:
+    def __init__(self, llm: Any, max_model_len: int, lora_request: Callable[[], Any] | None = None) -> None:
         self.llm = llm
         self.engine = llm.llm_engine
         self.max_model_len = max_model_len
+        self.lora_request = lora_request
         self._pending: dict[str, asyncio.Future] = {}
         self._stepper: asyncio.Task | None = None
         self._counter = 0
@@ -123,7 +126,7 @@ class VLLMTokenGenerator(TokenGenerator):
         rid = f"{request_id}-{self._counter}"
         future = asyncio.get_running_loop().create_future()
         internal = vllm_compat.add_engine_request(self.engine, rid, TokensPrompt(prompt_token_ids=list(prompt_ids)),
-                                                  params)
+                                                  params, self.lora_request() if self.lora_request else None)
         self._pending[rid] = future
         if internal != rid:
             self._pending[internal] = future

@@ -303,8 +303,9 @@ def pickle_ipc_handles(handles: dict[str, tuple]) -> str:
     return base64.b64encode(pickle.dumps(handles)).decode("ascii")
 
 
-def add_engine_request(engine: Any, request_id: str, prompt: Any, params: Any) -> str:
-    """Adds one request to an in-process `LLMEngine`; returns the id its outputs carry. 0.32 returns the internal
-    id (the given one plus a random suffix) while outputs name the given one; 0.25 returns nothing."""
-    returned = engine.add_request(request_id, prompt, params)
+def add_engine_request(engine: Any, request_id: str, prompt: Any, params: Any, lora_request: Any = None) -> str:
+    """Adds one request (with `lora_request`'s adapter, if any) to an in-process `LLMEngine`; returns the id its
+    outputs carry. 0.32 returns the internal id (the given one plus a random suffix) while outputs name the given
+    one; 0.25 returns nothing."""
+    returned = engine.add_request(request_id, prompt, params, lora_request=lora_request)
     return returned if isinstance(returned, str) else request_id

@@ -215,6 +215,29 @@ def test_checkpoint_holds_the_adapter_only_and_restores_it_exactly(trained):
     assert scored.meta_info["metrics"]["rollout/logprob_diff_max"][0] <= 1e-4
 
 
+def test_agent_loops_on_the_engine_generate_with_the_adapter(trained, model_dir):
+    """Agent loops stream requests into the in-process engine one by one (rollout/token_generate.py); each must
+    carry the adapter as the batched path's do, else the trainer trains on the base model's samples. From here on
+    the group rolls out through agent loops."""
+    from verl_like.config.loader import load_config
+    from verl_like.experimental.agent_loop.runner import agent_config_dict, registry_snapshot
+
+    group = trained["group"]
+    config = load_config(["actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent",
+                          "data.return_raw_chat=true", f"data.max_prompt_length={ROLLOUT.prompt_length}",
+                          f"data.max_response_length={ROLLOUT.response_length}"])
+    group.configure_agent_loops(agent_config_dict(config), registry_snapshot())
+    rollout = group.generate_sequences(trained["prompts"])
+    assert "agent/rollout_s" in rollout.meta_info["metrics"]  # it went through the agent loops
+    rollout.meta_info.pop("metrics")
+    scored = group.compute_log_prob(rollout)
+    assert scored.meta_info["metrics"]["rollout/logprob_diff_max"][0] <= 1e-4  # the trainer's LoRA policy
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    mask = rollout.batch["response_mask"].bool()
+    served = rollout.batch["rollout_log_probs"]
+    assert float((served - response_log_probs(base, rollout)).abs()[mask].mean()) >= 1e-2  # not the base's
+
+
 @pytest.mark.parametrize("export", ["merged", "adapter"])
 def test_model_merger_exports_score_like_the_trained_policy(trained, model_dir, tmp_path, export):
     from verl_like.model_merger import main
