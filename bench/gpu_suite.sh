@@ -27,6 +27,8 @@
 #                                          # would compile vLLM, Ray and transformers from source again)
 #   bash bench/gpu_suite.sh launch_1gpu    # launch -> first rollout on the TRL workload: a first run (fills vLLM's
 #                                          # compile cache), then two more; the step's start-up split in each
+#   LORA_SHAPES="0.5b 1.5b" bash bench/gpu_suite.sh lora_1gpu  # issue #28: LoRA rank 32 against full fine-tuning
+#                                          # on the TRL workload, per shape (LORA_FULL=0: the LoRA run only)
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -219,8 +221,18 @@ launch_1gpu)
   run launch_warm 200 0 "${LAUNCH[@]}" --steps 1
   run launch_warm2 200 0 "${LAUNCH[@]}" --steps 1
   ;;
+lora_1gpu)
+  LORA_RUN=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --gpu-memory-utilization 0.3
+    --max-tokens-per-gpu 65536 --override actor_rollout_ref.model.use_fused_kernels=true --steps 4 --workdir "$WORK")
+  for shape in ${LORA_SHAPES:-0.5b}; do
+    [ "${LORA_FULL:-1}" = 1 ] && run "step_${shape}_full" "${LORA_LIMIT:-290}" 0 python bench/step_throughput.py \
+      --model "qwen2.5-$shape" "${LORA_RUN[@]}" --out "$OUT/step_${shape}_full.json"
+    run "step_${shape}_lora32" "${LORA_LIMIT:-290}" 0 python bench/step_throughput.py --model "qwen2.5-$shape" "${LORA_RUN[@]}" \
+      --lora-rank 32 --out "$OUT/step_${shape}_lora32.json"
+  done
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu" >&2
   exit 2
   ;;
 esac

@@ -239,6 +239,8 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
         "log_prob_mfu": flops / 3 / seconds["log_probs"] / gpus / (args.peak_tflops * 1e12),
         "weight_sync_gb_per_s": sync_bytes / seconds["weight_sync"] / 1e9,
         "weight_sync_gb": sync_bytes / 1e9,
+        # LoRA: what each sync after the first moved (the adapter's bytes; the base went once)
+        "sync_bytes": median("sync/bytes") if "sync/bytes" in measured[0] else None,
         "logprob_diff_mean": median("rollout/logprob_diff_mean") if "rollout/logprob_diff_mean" in measured[0] else None,
         "logprob_diff_max": median("rollout/logprob_diff_max") if "rollout/logprob_diff_max" in measured[0] else None,
         "overlap_fraction": median("async/overlap_fraction") if "async/overlap_fraction" in measured[0] else None,
