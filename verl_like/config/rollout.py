@@ -13,8 +13,9 @@ ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
 WEIGHT_SYNC_MODES = ("sliced", "full")
 ROLLOUT_MODES = ("colocate", "server")
-# verl's rollout.mode values: "sync" (the in-process engine) and "async" (vLLM behind a server interface).
-VERL_MODE_ALIASES = {"sync": "colocate", "async": "server", "hybrid": "colocate"}
+# verl's rollout.mode values: "sync" (the in-process engine) and "async" (agent loops against vLLM on the trainer's
+# own GPUs, asleep during the update: here the colocated engine, which agent loops drive request by request).
+VERL_MODE_ALIASES = {"sync": "colocate", "async": "colocate", "hybrid": "colocate"}
 PAUSE_MODES = ("abort", "keep")
 WEIGHT_TRANSFERS = ("auto", "gloo", "ipc")
 TOOL_CALL_FORMATS = ("hermes",)
@@ -223,7 +224,8 @@ class RolloutConfig:
     Placement
       mode: "colocate" (default: the engine lives in every trainer process, verl's hybrid engine) or "server"
         (vLLM servers on their own pool, `rollout_pool`, or at `server.address`; weights go through vLLM's
-        native weight-transfer API). verl's "sync" and "async" are accepted as colocate and server.
+        native weight-transfer API). verl's "sync" and "async" are both read as colocate (verl's async
+        mode runs agent loops against engines on the trainer's own GPUs, which is what colocated agent loops do).
       server: RolloutServerConfig (server mode only).
 
     Engine

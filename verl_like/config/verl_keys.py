@@ -163,11 +163,6 @@ TAKEN: tuple[TakenKey, ...] = (
 REFUSED_VALUES = {
     "actor_rollout_ref.rollout.name": (
         ("sglang", "trtllm"), "SGLang and TensorRT-LLM rollouts are not built", "set actor_rollout_ref.rollout.name=vllm"),
-    "actor_rollout_ref.rollout.mode": (
-        ("async",),
-        "verl's async mode (vLLM servers on the trainer's own GPUs, asleep during the update) is not built yet",
-        "use mode=sync (the in-process engine on the same GPUs) or mode=server with rollout_pool.* (servers on "
-        "devices of their own)"),
 }
 
 
@@ -176,6 +171,11 @@ RENAMED_VALUES = {
     # verl's DAPO compares each sequence's summed token-level score (its overlong penalty included; with
     # seq_final_reward after the KL-in-reward term): verl_like's "score" (rule + reward model + overlong penalty).
     "algorithm.filter_groups.metric": {"seq_reward": "score", "seq_final_reward": "score"},
+    # verl's async mode: agent loops against vLLM on the trainer's own GPUs, asleep during the update. Here that is
+    # the colocated placement: the loops send each turn to the in-process engine as a request of its own
+    # (continuous batching, no lock-step turns) and the engine sleeps during the update; mode=server is for vLLM
+    # servers on devices of their own.
+    "actor_rollout_ref.rollout.mode": {"async": "colocate"},
 }
 
 

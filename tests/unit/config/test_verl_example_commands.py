@@ -96,7 +96,7 @@ def test_dapo_reward_kwargs_overlong_buffer_cfg_reads_as_our_overlong_buffer():
     ("PF_PPO", ["PF-PPO"]),
     ("SANDBOX_FUSION", ["sandbox-fusion"]),
     ("GRPO_SGLANG_MEGATRON", ["SGLang"]),
-    ("GRPO_SEQ_BALANCE", ["async mode"]),
+    ("GRPO_SEQ_BALANCE", ["SGLang"]),
     ("DAPO_GMPO", ["Ulysses sequence parallelism is not built", "max_num_batched_tokens", "hybrid sharding"]),
 ])
 def test_verl_examples_of_features_not_built_are_refused_with_every_reason_at_once(name, reasons):
@@ -124,10 +124,18 @@ def test_verl_keys_without_a_key_here_are_taken_with_a_note_not_a_wrong_hint(ove
 @pytest.mark.parametrize("override, message", [
     ("actor_rollout_ref.actor.fsdp_config.fsdp_size=8", "hybrid sharding groups"),
     ("actor_rollout_ref.actor.checkpoint.save_contents=['model','hf_model']", "model_merger"),
-    ("actor_rollout_ref.rollout.mode=async", "mode=server with rollout_pool"),
     ("--config-name=ppo_sft_trainer", "the PPO trainer's config only"),
     ("actor_rollout_ref.actor.megatron.expert_model_parallel_size=8", "mixture-of-experts"),
 ])
 def test_verl_values_that_cannot_be_honoured_are_refused_with_what_to_use_instead(override, message):
     with pytest.raises(ConfigError, match=message):
         translate_overrides([override])
+
+
+def test_verl_async_mode_is_the_colocated_placement():
+    """verl's rollout.mode=async (agent loops against vLLM on the trainer's own GPUs, asleep during the update) is
+    what colocated agent loops do here; it used to ask for servers on a pool of their own (9 devices for 8)."""
+    out, notes = translate_overrides(["actor_rollout_ref.rollout.mode=async"])
+    assert out == ["actor_rollout_ref.rollout.mode=colocate"] and "read as" in notes[0]
+    config = load_config(["actor_rollout_ref.rollout.mode=async"])
+    assert config.actor_rollout_ref.rollout.mode == "colocate"
