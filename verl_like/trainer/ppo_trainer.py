@@ -151,7 +151,9 @@ class PPOTrainer:
                 "trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep?); resume from a newer step"
             )
         state = manager.load_trainer_state(step)
-        self._c.actor_rollout.load_checkpoint(str(manager.step_dir(step) / "actor"))
+        # A checkpoint written before the count was stored: every step after the critic's warm-up synced once.
+        version = state.get("weight_version", max(0, step - self.config.trainer.critic_warmup))
+        self._c.rollout.load_checkpoint(str(manager.step_dir(step) / "actor"), version)
         if self._c.critic is not None:
             self._c.critic.load_checkpoint(str(manager.step_dir(step) / "critic"))
         self._c.train_loader.load_state_dict(state["dataloader"])
@@ -174,6 +176,7 @@ class PPOTrainer:
                            else self._c.train_loader.state_dict()),
             "kl_coef": float(self.kl_ctrl.value),
             "rng": rng_state(),
+            "weight_version": self._c.rollout.weight_version,
         }
         return self.checkpoints.save(self.global_step, write_parts, state)
 
@@ -203,8 +206,8 @@ class PPOTrainer:
     def _prefetched(self, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
         """The asynchronous driver's batch for this step (generated in the background, at most K versions old),
         with meta_info["lr_scale"], the factor on the actor's learning rate for a batch of its lag."""
-        got = self._prefetcher.next(self.global_step, version=self.global_step)
-        lag = self.global_step - got.version
+        got = self._prefetcher.next(self.global_step, version=self._c.rollout.weight_version)
+        lag = self._c.rollout.weight_version - got.version
         self._staleness_counts[lag] = self._staleness_counts.get(lag, 0) + 1
         timings["gen_wait"] = got.wait_s
         got.batch.meta_info["weight_version"] = got.version
@@ -254,7 +257,7 @@ class PPOTrainer:
         batch = self._generate_and_score(timings, metrics)
         if self.rollout_data_dir is not None:
             # The synchronous path generates with the current policy; the async driver records its batch's version.
-            version = batch.meta_info.get("weight_version", self.global_step)
+            version = batch.meta_info.get("weight_version", self._c.rollout.weight_version)
             with timed(timings, "dump_rollouts"):
                 dump_rollouts(self.rollout_data_dir, batch, self._c.tokenizer, self.global_step + 1, version)
         return batch

@@ -64,6 +64,7 @@ from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.reference import ReferencePolicy
+from verl_like.workers.weight_version import WeightVersion
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class ActorRolloutWorker(Worker):
         self.rollout: RolloutEngine | None = None
         self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
         self._synced_step: int | None = None  # the actor step whose weights the rollout engine holds
+        self._version = WeightVersion()  # the policy version those weights are (workers/weight_version.py)
         self._weights_discarded = False  # the engine's last sleep threw its weights away (sleep_discards_weights)
         self._agent_runner: Any = None  # configure_agent_loops: rollouts run through agent loops
 
@@ -289,7 +291,7 @@ class ActorRolloutWorker(Worker):
         try:
             if rows_use_agent_loops(self._agent_runner, prompts):
                 out = engine_agent_rollout(self._agent_runner, self.rollout, prompts, sampling,
-                                           self.rollout_config.engine_max_model_len, self._synced_step or 0)
+                                           self.rollout_config.engine_max_model_len, self._version.number)
             elif self.rollout is None:
                 out = self._generate_from_text(prompts, sampling)
             else:
@@ -377,7 +379,8 @@ class ActorRolloutWorker(Worker):
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def sync_weights(self) -> dict[str, float]:
-        """Moves the actor's weights into the rollout engine; weight_sync/* metrics of this rank."""
+        """Moves the actor's weights into the rollout engine; weight_sync/* metrics of this rank (weight_sync/version:
+        the policy version it now holds, workers/weight_version.py)."""
         return self._sync_weights()
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
@@ -388,11 +391,14 @@ class ActorRolloutWorker(Worker):
             actor.engine.save_checkpoint(Path(directory))
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, directory: str) -> None:
-        """Restores the actor from `directory` and syncs the restored weights into the rollout engine."""
+    def load_checkpoint(self, directory: str, weight_version: int | None = None) -> None:
+        """Restores the actor from `directory` and syncs the restored weights into the rollout engine, as policy
+        version `weight_version` (the driver's checkpointed count; None: the next version)."""
         actor = self._require(self.actor, "load_checkpoint")
         with self._onloaded(actor.engine):
             actor.engine.load_checkpoint(Path(directory))
+        if weight_version is not None:
+            self._version = WeightVersion(weight_version, actor.engine.global_step)
         self._synced_step = None
         self._sync_weights()
 
@@ -493,14 +499,17 @@ class ActorRolloutWorker(Worker):
             self.rollout.wake_up(["weights"])  # stage 1: weights only; the KV cache comes back for generation
         if self._weights_discarded:
             self.transport.forget_engine_weights()
+        step = actor.engine.global_step
+        version = self._version.of_sync(step)
         with self._onloaded(actor.engine):
-            metrics = self.transport.send(version=actor.engine.global_step).metrics()
-            metrics.update(self._sync_check(actor.engine))
-        self._synced_step = actor.engine.global_step
+            metrics = self.transport.send(version=version).metrics()
+            metrics.update(self._sync_check(actor.engine, version))
+        self._synced_step = step
+        self._version.synced(step, version)
         self._weights_discarded = False
-        return {**metrics, "weight_sync/version": float(self._synced_step)}
+        return {**metrics, "weight_sync/version": float(version)}
 
-    def _sync_check(self, engine: TrainEngine) -> dict[str, float]:
+    def _sync_check(self, engine: TrainEngine, version: int) -> dict[str, float]:
         """rollout/sync_check.py on this rank's engine: rollout/sync_check_gap, or SyncCheckError naming it."""
         from verl_like.rollout import sync_check
 
@@ -509,7 +518,7 @@ class ActorRolloutWorker(Worker):
         if config.sync_check and clients is not None:
             wire = engine.compute_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
             limit = sync_check.tolerance([wire, engine.compute_dtype], config.sync_check_tolerance)
-            return sync_check.check_servers(engine, clients, limit, engine.global_step, self.hf_config().vocab_size,
+            return sync_check.check_servers(engine, clients, limit, version, self.hf_config().vocab_size,
                                             config.engine_max_model_len)
         if not config.sync_check or rollout is None or not rollout.supports_scoring:
             return {}
@@ -517,7 +526,7 @@ class ActorRolloutWorker(Worker):
         limit = sync_check.tolerance([rollout.weight_dtype, engine.compute_dtype], config.sync_check_tolerance)
         adapter = getattr(rollout, "adapter_name", None)
         label = f"rank {self.rank}'s in-process {type(rollout).__name__}" + (f" (adapter {adapter})" if adapter else "")
-        result = sync_check.check_colocated(engine, rollout, limit, label, engine.global_step, engine.global_step,
+        result = sync_check.check_colocated(engine, rollout, limit, label, version, version,
                                             self.hf_config().vocab_size, config.engine_max_model_len)
         return result.metrics()
 
