@@ -3,7 +3,7 @@
 `ColocatedRollout`: the engines live in the actor-rollout workers (verl's hybrid engine); both calls go to them.
 `ServerModeRollout`: vLLM servers on their own pool (or the user's); the driver sends the requests
 (`ServerRollout`) and the actor group's rank 0 sends the weights (`ServerTransport`).
-Both return the same DataProto: the rollout layout of `RolloutEngine`, meta_info["temperature"] and rollout/*
+Both return the same DataProto: the rollout layout of `RolloutEngine`, its `TrainRequest`'s temperature and rollout/*
 metrics. Weights move only in `sync_weights` and `load_checkpoint` (and, colocated, when an engine's sleep discarded
 them); both keep `weight_version`, the policy version the rollout holds (workers/weight_version.py).
 """
@@ -23,6 +23,7 @@ from verl_like.rollout.request import GenerationRequest
 from verl_like.single_controller import ResourcePool
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.server_placement import server_placement
+from verl_like.workers.train_request import TrainRequest
 
 if TYPE_CHECKING:  # server mode's HTTP client (httpx) is imported only when a run uses servers
     from verl_like.rollout.server_client import ServerClient
@@ -115,7 +116,7 @@ class ServerModeRollout:
                     raise ServerError(f"rollout failed: {capped}{self._server_logs()}") from err
                 if revived is None:
                     raise ServerError(f"rollout failed: {err}{self._server_logs()}") from err
-        out.meta_info["temperature"] = sampling.log_prob_temperature
+        out.meta_info.update(TrainRequest(temperature=sampling.log_prob_temperature).to_meta_info())
         if self.supervision is not None:
             out.meta_info.setdefault("metrics", {})["rollout/server_restarts"] = float(self.supervision.restarts)
         return out
