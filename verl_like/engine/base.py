@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl_like.engine.config import MicroBatching
 from verl_like.protocol import DataProto
 
 @dataclass(frozen=True)
@@ -98,8 +99,10 @@ class TrainEngine(abc.ABC):
         """Optimizer steps taken (restored by `load_checkpoint`)."""
 
     @abc.abstractmethod
-    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False) -> DataProto:
-        """Model outputs for this rank's rows without gradients (see the module doc for keys and shapes)."""
+    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False,
+                micro_batching: MicroBatching | None = None) -> DataProto:
+        """Model outputs for this rank's rows without gradients (see the module doc for keys and shapes), split as
+        `micro_batching` says (None: as the engine's config says, its training micro-batches)."""
 
     @abc.abstractmethod
     def forward_backward(

@@ -37,6 +37,19 @@ class LoraSettings:
 
 
 @dataclass(frozen=True)
+class MicroBatching:
+    """How one engine call splits a rank's rows: `micro_batch_size` rows at a time, or, with `max_tokens` set
+    (dynamic batch size), balanced micro-batches of at most that many valid tokens each."""
+
+    micro_batch_size: int
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_size < 1 or (self.max_tokens is not None and self.max_tokens < 1):
+            raise ValueError(f"MicroBatching needs micro_batch_size >= 1 and max_tokens >= 1 or None, got {self}")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Frozen settings of one training engine (one model on one data-parallel group).
 
@@ -183,6 +196,11 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.use_dynamic_bsz=True needs max_tokens_per_rank >= 1, got {self.max_tokens_per_rank}"
             )
+
+    @property
+    def micro_batching(self) -> MicroBatching:
+        """The micro-batching of training calls (and of forwards not given their own)."""
+        return MicroBatching(self.micro_batch_size_per_rank, self.max_tokens_per_rank if self.use_dynamic_bsz else None)
 
     @property
     def overrides(self) -> dict[str, Any]:

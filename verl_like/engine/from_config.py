@@ -17,8 +17,9 @@ from verl_like.config.critic import CriticConfig
 from verl_like.config.errors import ConfigError
 from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.reward import RewardModelConfig
+from verl_like.config.rollout import RolloutConfig
 from verl_like.config.roles import CriticRoleConfig
-from verl_like.engine.config import EngineConfig, LoraSettings
+from verl_like.engine.config import EngineConfig, LoraSettings, MicroBatching
 
 
 def _fsdp_fields(fsdp: FSDPConfig) -> dict[str, Any]:
@@ -139,6 +140,13 @@ def reward_model_engine_config(reward_model: RewardModelConfig, seed: int = 0) -
         seed=seed,
         **_fsdp_fields(model.fsdp_config),
     )
+
+
+def log_prob_micro_batching(rollout: RolloutConfig, actor_engine_config: EngineConfig) -> MicroBatching:
+    """How the actor's forward for old log-probs splits its rows: the rollout node's log_prob_* keys (verl's
+    names), the actor's micro-batch size where log_prob_micro_batch_size_per_gpu is unset."""
+    size = rollout.log_prob_micro_batch_size_per_gpu or actor_engine_config.micro_batch_size_per_rank
+    return MicroBatching(size, rollout.log_prob_max_token_len_per_gpu if rollout.log_prob_use_dynamic_bsz else None)
 
 
 def reference_engine_config(actor_engine_config: EngineConfig, ref: RefConfig | None = None) -> EngineConfig:

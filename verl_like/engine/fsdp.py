@@ -23,7 +23,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.tensor import DTensor
 
 from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine, WeightHoldings
-from verl_like.engine.config import EngineConfig, torch_dtype
+from verl_like.engine.config import EngineConfig, MicroBatching, torch_dtype
 from verl_like.engine.fsdp_checkpoint import hf_files_writer, load_fsdp_checkpoint, save_fsdp_checkpoint
 from verl_like.engine import lora
 from verl_like.engine.hf_export import write_hf_directory
@@ -165,14 +165,15 @@ class FSDPEngine(TrainEngine):
     def _model_inputs(self, batch: DataProto) -> DataProto:
         return engine_inputs(batch, self.config.model_kind, "FSDPEngine")
 
-    def _micro_batches(self, batch: DataProto) -> list[list[int]]:
-        return engine_micro_batches(batch, self.config, self.group)
+    def _micro_batches(self, batch: DataProto, micro_batching: MicroBatching | None = None) -> list[list[int]]:
+        return engine_micro_batches(batch, micro_batching or self.config.micro_batching, self.group)
 
-    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False) -> DataProto:
+    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False,
+                micro_batching: MicroBatching | None = None) -> DataProto:
         """Outputs for every row of this rank's batch, in its row order, as float32 CPU tensors."""
         self._require_onloaded("forward")
         inputs = self._model_inputs(batch)
-        groups = self._micro_batches(inputs)
+        groups = self._micro_batches(inputs, micro_batching)
         pieces: dict[str, list[torch.Tensor]] = defaultdict(list)
         with torch.no_grad():
             for indices in groups:

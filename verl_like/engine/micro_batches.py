@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
+from verl_like.engine.config import MicroBatching
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.engine.vision import VISION_TENSOR_KEYS
 from verl_like.protocol import DataProto
@@ -38,10 +39,10 @@ def engine_inputs(batch: DataProto, model_kind: str, engine_name: str) -> DataPr
     return batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
 
 
-def engine_micro_batches(batch: DataProto, config, group: dist.ProcessGroup) -> list[list[int]]:
-    """`plan_micro_batches` with an EngineConfig's settings (by row count, or by token budget with use_dynamic_bsz)."""
-    max_tokens = config.max_tokens_per_rank if config.use_dynamic_bsz else None
-    return plan_micro_batches(batch.batch, config.micro_batch_size_per_rank, max_tokens, group)
+def engine_micro_batches(batch: DataProto, micro_batching: MicroBatching,
+                         group: dist.ProcessGroup) -> list[list[int]]:
+    """`plan_micro_batches` as `micro_batching` says (by row count, or by token budget)."""
+    return plan_micro_batches(batch.batch, micro_batching.micro_batch_size, micro_batching.max_tokens, group)
 
 
 def _local_count(num_rows: int, lengths: list[int], micro_batch_size: int, max_tokens: int | None) -> int:

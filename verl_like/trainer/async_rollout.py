@@ -3,8 +3,10 @@
 The loop (PPOTrainer) stays the same phases; only where a step's batch comes from changes. One background thread
 pulls prompts and generates batches in data order through the servers (`ServerModeRollout.generate`), so the
 batch of step t+1 is being generated while step t computes log-probs and updates. Rules:
-- the batch for step t is launched once the policy version v (optimizer steps synced into the servers) satisfies
-  t <= v + K, so it is generated with weights at most K versions older than the policy that trains on it;
+- the batch for step t is launched once step t - K - 1 has trained (t <= s + K with s steps done), at the policy
+  version v then held (actor updates synced into the servers, workers/weight_version.py); at most one sync per
+  step, so it is generated with weights at most K versions older than the policy that trains on it (checked when
+  it is taken, in versions: steps without an actor update, the critic's warm-up, do not age a batch);
 - without partial rollout, a weight sync waits until every launched generation has finished (`drain`), so every
   sample of a batch comes from the version it was launched at; with partial rollout the servers freeze in-flight
   requests during the update (vLLM's pause "keep") and they count as generated with the version they started on;
@@ -65,9 +67,10 @@ class RolloutPrefetcher:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-prefetch")
 
-    def launch(self, version: int) -> None:
-        """Launches every step t with t <= version + K not launched yet (in order, one background thread)."""
-        while self._next_step < self.total_steps and self._next_step <= version + self.staleness:
+    def launch(self, steps_done: int, version: int) -> None:
+        """Launches every step t with t <= steps_done + K not launched yet (in order, one background thread), each
+        recorded as generated with policy `version`."""
+        while self._next_step < self.total_steps and self._next_step <= steps_done + self.staleness:
             step = self._next_step
             state = self.loader.state_dict()
             prompts = self.loader.next_batch()
@@ -81,8 +84,9 @@ class RolloutPrefetcher:
         return batch, time.perf_counter() - start
 
     def next(self, step: int, version: int) -> PrefetchedBatch:
-        """The batch of `step` (launching it first if needed), checked to lag `version` by at most K."""
-        self.launch(version)
+        """The batch of `step` (0-based: `step` steps are done; launching it first if needed), checked to lag the
+        current policy `version` by at most K versions."""
+        self.launch(step, version)
         if not self._pending or self._pending[0].step != step:
             raise RuntimeError(f"async rollout: asked for step {step}, next launched is "
                                f"{self._pending[0].step if self._pending else None}")

@@ -15,6 +15,7 @@ from verl_like.algorithms.dpo import PreferencePairs, select_preference_pairs
 from verl_like.protocol import DataProto
 from verl_like.trainer.metrics import mean_metrics, timed
 from verl_like.trainer.phases import StepContext
+from verl_like.workers.train_request import TrainRequest
 
 
 def pair_rows(batch: DataProto, pairs: PreferencePairs) -> DataProto:
@@ -47,7 +48,10 @@ def online_dpo_update(ctx: StepContext, batch: DataProto, timings: dict[str, flo
     cfg, c = ctx.config, ctx.components
     pairs = judge_pairs(batch, cfg.online_dpo.tie_breaking, seed=cfg.data.seed * 1_000_003 + ctx.global_step)
     rows = pair_rows(batch, pairs)
-    rows.meta_info["temperature"] = batch.meta_info.get("temperature", cfg.actor_rollout_ref.rollout.temperature)
+    temperature = TrainRequest.from_meta_info(batch.meta_info).temperature
+    rows.meta_info.update(TrainRequest(
+        temperature=cfg.actor_rollout_ref.rollout.temperature if temperature is None else temperature
+    ).to_meta_info())
     with timed(timings, "ref"):
         ref = c.actor_rollout.compute_ref_log_prob(rows)
         metrics.update(mean_metrics(ref.meta_info.pop("metrics", {})))

@@ -50,6 +50,7 @@ from verl_like.trainer.val_generations import ValGenerationLogger, ValSample, de
 from verl_like.utils.device import resolve_device
 from verl_like.utils.flops import resolve_peak_tflops
 from verl_like.utils.tracking import Tracking
+from verl_like.workers.train_request import TrainRequest
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,9 @@ class PPOTrainer:
                 "trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep?); resume from a newer step"
             )
         state = manager.load_trainer_state(step)
-        self._c.actor_rollout.load_checkpoint(str(manager.step_dir(step) / "actor"))
+        # A checkpoint written before the count was stored: every step after the critic's warm-up synced once.
+        version = state.get("weight_version", max(0, step - self.config.trainer.critic_warmup))
+        self._c.rollout.load_checkpoint(str(manager.step_dir(step) / "actor"), version)
         if self._c.critic is not None:
             self._c.critic.load_checkpoint(str(manager.step_dir(step) / "critic"))
         self._c.train_loader.load_state_dict(state["dataloader"])
@@ -174,6 +177,7 @@ class PPOTrainer:
                            else self._c.train_loader.state_dict()),
             "kl_coef": float(self.kl_ctrl.value),
             "rng": rng_state(),
+            "weight_version": self._c.rollout.weight_version,
         }
         return self.checkpoints.save(self.global_step, write_parts, state)
 
@@ -202,17 +206,17 @@ class PPOTrainer:
 
     def _prefetched(self, timings: dict[str, float], metrics: dict[str, float]) -> DataProto:
         """The asynchronous driver's batch for this step (generated in the background, at most K versions old),
-        with meta_info["lr_scale"], the factor on the actor's learning rate for a batch of its lag."""
-        got = self._prefetcher.next(self.global_step, version=self.global_step)
-        lag = self.global_step - got.version
+        with its TrainRequest: its version and lr_scale, the factor on the actor's learning rate for its lag."""
+        got = self._prefetcher.next(self.global_step, version=self._c.rollout.weight_version)
+        lag = self._c.rollout.weight_version - got.version
         self._staleness_counts[lag] = self._staleness_counts.get(lag, 0) + 1
         timings["gen_wait"] = got.wait_s
-        got.batch.meta_info["weight_version"] = got.version
-        got.batch.meta_info["lr_scale"] = self.config.async_training.lr_scale(lag)
+        lr_scale = self.config.async_training.lr_scale(lag)
+        got.batch.meta_info.update(TrainRequest(lr_scale=lr_scale, weight_version=got.version).to_meta_info())
         metrics.update({
             "async/weight_version": float(got.version),
             "async/staleness": float(lag),
-            "async/lr_scale": got.batch.meta_info["lr_scale"],
+            "async/lr_scale": lr_scale,
             "async/generate_s": got.generate_s,
             "async/overlap_fraction": max(0.0, 1.0 - got.wait_s / got.generate_s) if got.generate_s > 0 else 0.0,
             **{f"async/staleness_count/{k}": float(v) for k, v in sorted(self._staleness_counts.items())},
@@ -254,7 +258,8 @@ class PPOTrainer:
         batch = self._generate_and_score(timings, metrics)
         if self.rollout_data_dir is not None:
             # The synchronous path generates with the current policy; the async driver records its batch's version.
-            version = batch.meta_info.get("weight_version", self.global_step)
+            version = TrainRequest.from_meta_info(batch.meta_info).weight_version
+            version = self._c.rollout.weight_version if version is None else version
             with timed(timings, "dump_rollouts"):
                 dump_rollouts(self.rollout_data_dir, batch, self._c.tokenizer, self.global_step + 1, version)
         return batch

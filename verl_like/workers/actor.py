@@ -27,10 +27,12 @@ from verl_like.algorithms import (
 )
 from verl_like.config.actor import ActorConfig
 from verl_like.engine.base import LossFn, TrainEngine
+from verl_like.engine.config import MicroBatching
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.engine.vision import VISION_TENSOR_KEYS
 from verl_like.protocol import DataProto
 from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
+from verl_like.workers.train_request import TrainRequest
 
 logger = logging.getLogger(__name__)
 
@@ -56,39 +58,49 @@ class PPOActor:
         self.rollout_n = rollout_n
         self._policy_loss_config = config.policy_loss_config()
 
-    def compute_log_prob(self, batch: DataProto, temperature: float, calculate_entropy: bool = False) -> DataProto:
+    def compute_log_prob(self, batch: DataProto, temperature: float, calculate_entropy: bool = False,
+                         micro_batching: MicroBatching | None = None) -> DataProto:
         """"old_log_probs" (and "entropy") `(batch, response_len)` of this rank's rows under the current weights.
 
         `temperature` must be the rollout's: log-probs come from logits / temperature, as the rollout sampled.
+        `micro_batching`: how the forward splits the rows (the worker's rollout.log_prob_* keys); None: the
+        engine's training micro-batches.
         """
-        outputs = self.engine.forward(batch, temperature=temperature, calculate_entropy=calculate_entropy)
+        outputs = self.engine.forward(batch, temperature=temperature, calculate_entropy=calculate_entropy,
+                                      micro_batching=micro_batching)
         return outputs.rename("log_probs", "old_log_probs")
 
-    def update_policy(self, batch: DataProto) -> dict[str, float]:
+    def update_policy(self, batch: DataProto, request: TrainRequest | None = None) -> dict[str, float]:
         """Runs ppo_epochs over shuffled mini-batches of this rank's rows; returns metrics averaged over the steps.
 
         The batch needs the model inputs, "old_log_probs", "advantages", "ref_log_probs" when use_kl_loss is on,
         optionally "response_mask" and "rollout_is_weights" (from `compute_rollout_is_weights` on the driver,
-        multiplying the per-token policy loss), meta_info["temperature"] (the rollout's) and optionally
-        meta_info["lr_scale"] (multiplies the learning rate of this update's steps; the asynchronous driver's
-        staleness scaling).
+        multiplying the per-token policy loss). `request` (workers/train_request.py; None: the batch's meta_info)
+        gives the rollout's temperature and the lr_scale (multiplies the learning rate of this update's steps;
+        the asynchronous driver's staleness scaling).
         Metrics: actor/pg_loss, actor/pg_clipfrac(_ratio_high, _ratio_low), actor/pg_clipfrac_lower (verl's:
         dual-clip active), actor/ppo_kl, actor/entropy (only
         when entropy_coeff != 0, the entropy the bonus used), actor/kl_loss and actor/kl_coef (with use_kl_loss),
         actor/is_weight_mean (with rollout IS weights), actor/grad_norm, actor/lr. Every value is the mean over
         the update's optimizer steps of a mini-batch-wide value (the same on every rank).
         """
-        batch = self.training_rows(batch)
+        rows = self.training_rows(batch)
+        request = request or TrainRequest.from_meta_info(batch.meta_info)
+        if request.temperature is None:
+            raise KeyError(
+                "PPOActor.update_policy: batch.meta_info['temperature'] is unset; set it to the rollout's sampling "
+                "temperature (the log-probs must be computed as the rollout sampled)"
+            )
         history = run_ppo_update(
             self.engine,
-            batch,
+            rows,
             self.config,
             self.make_loss_fn,
             rollout_n=self.rollout_n,
             loss_scale_factor=self.config.loss_scale_factor,
-            temperature=batch.meta_info["temperature"],
+            temperature=request.temperature,
             calculate_entropy=self.config.entropy_coeff != 0,
-            lr_scale=float(batch.meta_info.get("lr_scale", 1.0)),
+            lr_scale=request.lr_scale,
         )
         metrics = mean_metrics(history, "actor")
         if self.config.use_kl_loss:
@@ -96,7 +108,7 @@ class PPOActor:
         return metrics
 
     def training_rows(self, batch: DataProto) -> DataProto:
-        """The batch narrowed to what the PPO update reads, after checking that it is all there."""
+        """The batch's rows narrowed to the tensors the PPO update reads, after checking that they are all there."""
         needed = list(_MODEL_KEYS) + ["old_log_probs", "advantages"]
         if self.config.use_kl_loss:
             needed.append("ref_log_probs")
@@ -106,15 +118,9 @@ class PPOActor:
             raise KeyError(
                 f"PPOActor.update_policy: the batch lacks {missing}{hint}; it has {sorted(batch.batch.keys())}"
             )
-        if "temperature" not in batch.meta_info:
-            raise KeyError(
-                "PPOActor.update_policy: batch.meta_info['temperature'] is unset; set it to the rollout's sampling "
-                "temperature (the log-probs must be computed as the rollout sampled)"
-            )
         optional = [key for key in ("response_mask", "rollout_is_weights", *VISION_TENSOR_KEYS)
                     if key in batch.batch.keys()]
-        meta = ["temperature"] + [key for key in ("lr_scale",) if key in batch.meta_info]
-        return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=meta)
+        return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=[])
 
     def make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
         """The PPO loss function of one mini-batch (policy loss, entropy bonus, KL loss); other objectives that

@@ -50,7 +50,12 @@ from verl_like.config.topology import RoleTopology, Topology, actor_group_topolo
 from verl_like.experimental.agent_loop.engine_rollout import engine_agent_rollout, rows_use_agent_loops
 from verl_like.engine.base import TrainEngine
 from verl_like.engine.factory import build_engine
-from verl_like.engine.from_config import actor_engine_config, lora_settings, reference_engine_config
+from verl_like.engine.from_config import (
+    actor_engine_config,
+    log_prob_micro_batching,
+    lora_settings,
+    reference_engine_config,
+)
 from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
@@ -64,6 +69,8 @@ from verl_like.single_controller import Dispatch, Worker, register
 from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.reference import ReferencePolicy
+from verl_like.workers.train_request import TrainRequest
+from verl_like.workers.weight_version import WeightVersion
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +140,7 @@ class ActorRolloutWorker(Worker):
         self.rollout: RolloutEngine | None = None
         self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
         self._synced_step: int | None = None  # the actor step whose weights the rollout engine holds
+        self._version = WeightVersion()  # the policy version those weights are (workers/weight_version.py)
         self._weights_discarded = False  # the engine's last sleep threw its weights away (sleep_discards_weights)
         self._agent_runner: Any = None  # configure_agent_loops: rollouts run through agent loops
 
@@ -289,7 +297,7 @@ class ActorRolloutWorker(Worker):
         try:
             if rows_use_agent_loops(self._agent_runner, prompts):
                 out = engine_agent_rollout(self._agent_runner, self.rollout, prompts, sampling,
-                                           self.rollout_config.engine_max_model_len, self._synced_step or 0)
+                                           self.rollout_config.engine_max_model_len, self._version.number)
             elif self.rollout is None:
                 out = self._generate_from_text(prompts, sampling)
             else:
@@ -297,7 +305,7 @@ class ActorRolloutWorker(Worker):
         finally:
             self._sleep_rollout()
         metrics.update(self._global_rollout_rate(out, time.perf_counter() - start))
-        out.meta_info["temperature"] = sampling.log_prob_temperature
+        out.meta_info.update(TrainRequest(temperature=sampling.log_prob_temperature).to_meta_info())
         out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **metrics}
         return out
 
@@ -319,10 +327,12 @@ class ActorRolloutWorker(Worker):
         tokens, over every rank). A text-hook worker's rollout has no log-probs: this call adds its
         "rollout_log_probs", equal to "old_log_probs" on response tokens (the same forward)."""
         actor = self._require(self.actor, "compute_log_prob")
-        temperature = self._rollout_temperature(data)
-        with self._onloaded(actor.engine), self._log_prob_micro_batching(actor.engine):
-            out = actor.compute_log_prob(data, temperature=temperature, calculate_entropy=True)
-        out.meta_info["temperature"] = temperature
+        temperature = self._train_request(data).temperature
+        micro_batching = log_prob_micro_batching(self.rollout_config, actor.engine.config)
+        with self._onloaded(actor.engine):
+            out = actor.compute_log_prob(data, temperature=temperature, calculate_entropy=True,
+                                         micro_batching=micro_batching)
+        out.meta_info.update(TrainRequest(temperature=temperature).to_meta_info())
         if self._scores_text_rollouts(data):
             # One forward for both: the text hook's samples have no log-probs of their own, and the rollout's are
             # the actor's under the weights that generated them (the driver syncs after each update, not before).
@@ -336,9 +346,8 @@ class ActorRolloutWorker(Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """"ref_log_probs" `(batch, response_len)` under the reference policy (meta_info["temperature"])."""
         ref = self._require(self.ref, "compute_ref_log_prob", "build the worker with ref=RefConfig(...)")
-        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(ref.engine):
-            return ref.compute_ref_log_prob(data)
+            return ref.compute_ref_log_prob(data, temperature=self._train_request(data).temperature)
 
     @register(dispatch=Dispatch.DP_MESH, mesh="actor")
     def update_actor(self, data: DataProto) -> DataProto:
@@ -347,9 +356,8 @@ class ActorRolloutWorker(Worker):
         The rollout engine keeps the old weights until `sync_weights`; generating before it raises.
         """
         actor = self._require(self.actor, "update_actor")
-        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(actor.engine):
-            metrics = actor.update_policy(data)
+            metrics = actor.update_policy(data, self._train_request(data))
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch=Dispatch.DP_MESH, mesh="actor")
@@ -370,14 +378,14 @@ class ActorRolloutWorker(Worker):
         from verl_like.workers.distill_update import update_policy_distill
 
         actor = self._require(self.actor, "update_actor_distill")
-        data.meta_info["temperature"] = self._rollout_temperature(data)
         with self._onloaded(actor.engine):
-            metrics = update_policy_distill(actor, data, data.meta_info["distillation"])
+            metrics = update_policy_distill(actor, data, data.meta_info["distillation"], self._train_request(data))
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def sync_weights(self) -> dict[str, float]:
-        """Moves the actor's weights into the rollout engine; weight_sync/* metrics of this rank."""
+        """Moves the actor's weights into the rollout engine; weight_sync/* metrics of this rank (weight_sync/version:
+        the policy version it now holds, workers/weight_version.py)."""
         return self._sync_weights()
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
@@ -388,11 +396,14 @@ class ActorRolloutWorker(Worker):
             actor.engine.save_checkpoint(Path(directory))
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, directory: str) -> None:
-        """Restores the actor from `directory` and syncs the restored weights into the rollout engine."""
+    def load_checkpoint(self, directory: str, weight_version: int | None = None) -> None:
+        """Restores the actor from `directory` and syncs the restored weights into the rollout engine, as policy
+        version `weight_version` (the driver's checkpointed count; None: the next version)."""
         actor = self._require(self.actor, "load_checkpoint")
         with self._onloaded(actor.engine):
             actor.engine.load_checkpoint(Path(directory))
+        if weight_version is not None:
+            self._version = WeightVersion(weight_version, actor.engine.global_step)
         self._synced_step = None
         self._sync_weights()
 
@@ -429,10 +440,13 @@ class ActorRolloutWorker(Worker):
             raise RuntimeError("the rollout has no TP groups in this group (rollout.mode=server)")
         return self.topology.rollout
 
-    def _rollout_temperature(self, data: DataProto) -> float:
-        """The temperature the batch's rollout sampled at (meta_info["temperature"], which generate_sequences
-        sets), else rollout.temperature: log-probs must be taken at it."""
-        return float(data.meta_info.get("temperature", self.rollout_config.temperature))
+    def _train_request(self, data: DataProto) -> TrainRequest:
+        """The batch's TrainRequest, its temperature the one its rollout sampled at (which generate_sequences
+        writes), else rollout.temperature: log-probs must be taken at it."""
+        request = TrainRequest.from_meta_info(data.meta_info)
+        if request.temperature is None:
+            request = dataclasses.replace(request, temperature=self.rollout_config.temperature)
+        return request
 
     @staticmethod
     def _require(value, op: str, fix: str = "call init_model() on the group first"):
@@ -447,22 +461,6 @@ class ActorRolloutWorker(Worker):
             yield
         finally:
             engine.offload()
-
-    @contextmanager
-    def _log_prob_micro_batching(self, engine: TrainEngine) -> Iterator[None]:
-        """The engine micro-batches as rollout.log_prob_* say while computing old log-probs."""
-        config = self.rollout_config
-        saved = engine.config
-        engine.config = dataclasses.replace(
-            saved,
-            micro_batch_size_per_rank=config.log_prob_micro_batch_size_per_gpu or saved.micro_batch_size_per_rank,
-            use_dynamic_bsz=config.log_prob_use_dynamic_bsz,
-            max_tokens_per_rank=config.log_prob_max_token_len_per_gpu if config.log_prob_use_dynamic_bsz else None,
-        )
-        try:
-            yield
-        finally:
-            engine.config = saved
 
     def _colocated_transport(self) -> WeightTransport | None:
         """resharding/transports/factory.py picks it; the user's update_rollout_weights hook, if overridden, wins
@@ -493,14 +491,17 @@ class ActorRolloutWorker(Worker):
             self.rollout.wake_up(["weights"])  # stage 1: weights only; the KV cache comes back for generation
         if self._weights_discarded:
             self.transport.forget_engine_weights()
+        step = actor.engine.global_step
+        version = self._version.of_sync(step)
         with self._onloaded(actor.engine):
-            metrics = self.transport.send(version=actor.engine.global_step).metrics()
-            metrics.update(self._sync_check(actor.engine))
-        self._synced_step = actor.engine.global_step
+            metrics = self.transport.send(version=version).metrics()
+            metrics.update(self._sync_check(actor.engine, version))
+        self._synced_step = step
+        self._version.synced(step, version)
         self._weights_discarded = False
-        return {**metrics, "weight_sync/version": float(self._synced_step)}
+        return {**metrics, "weight_sync/version": float(version)}
 
-    def _sync_check(self, engine: TrainEngine) -> dict[str, float]:
+    def _sync_check(self, engine: TrainEngine, version: int) -> dict[str, float]:
         """rollout/sync_check.py on this rank's engine: rollout/sync_check_gap, or SyncCheckError naming it."""
         from verl_like.rollout import sync_check
 
@@ -509,7 +510,7 @@ class ActorRolloutWorker(Worker):
         if config.sync_check and clients is not None:
             wire = engine.compute_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
             limit = sync_check.tolerance([wire, engine.compute_dtype], config.sync_check_tolerance)
-            return sync_check.check_servers(engine, clients, limit, engine.global_step, self.hf_config().vocab_size,
+            return sync_check.check_servers(engine, clients, limit, version, self.hf_config().vocab_size,
                                             config.engine_max_model_len)
         if not config.sync_check or rollout is None or not rollout.supports_scoring:
             return {}
@@ -517,7 +518,7 @@ class ActorRolloutWorker(Worker):
         limit = sync_check.tolerance([rollout.weight_dtype, engine.compute_dtype], config.sync_check_tolerance)
         adapter = getattr(rollout, "adapter_name", None)
         label = f"rank {self.rank}'s in-process {type(rollout).__name__}" + (f" (adapter {adapter})" if adapter else "")
-        result = sync_check.check_colocated(engine, rollout, limit, label, engine.global_step, engine.global_step,
+        result = sync_check.check_colocated(engine, rollout, limit, label, version, version,
                                             self.hf_config().vocab_size, config.engine_max_model_len)
         return result.metrics()
 

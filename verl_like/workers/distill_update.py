@@ -19,13 +19,16 @@ from verl_like.engine.model_outputs import TOPK_IDS_KEY, response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
+from verl_like.workers.train_request import TrainRequest
 
 _TEACHER_KEYS = (TOPK_IDS_KEY, "teacher_topk_log_probs")
 _MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
 
 
-def update_policy_distill(actor: PPOActor, batch: DataProto, config: DistillationConfig) -> dict[str, float]:
-    """Runs the actor's update with the distillation term on this rank's rows; returns the metrics.
+def update_policy_distill(actor: PPOActor, batch: DataProto, config: DistillationConfig,
+                          request: TrainRequest | None = None) -> dict[str, float]:
+    """Runs the actor's update with the distillation term on this rank's rows; returns the metrics. `request`: the
+    rollout's temperature (workers/train_request.py; None: the batch's meta_info).
 
     Metrics: actor/distill_loss (the aggregated divergence), actor/distill_divergence (its token mean), and with
     use_policy_loss the PPO actor's metrics (actor/pg_loss, ...); actor/grad_norm, actor/lr.
@@ -36,7 +39,8 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
             f"update_policy_distill: the batch lacks {missing} (the teacher role's compute_teacher_topk output); it "
             f"has {sorted(batch.batch.keys())}"
         )
-    if "temperature" not in batch.meta_info:
+    request = request or TrainRequest.from_meta_info(batch.meta_info)
+    if request.temperature is None:
         raise KeyError("update_policy_distill: batch.meta_info['temperature'] is unset; set the rollout's")
     if config.use_policy_loss:
         rows = actor.training_rows(batch).union(
@@ -45,7 +49,7 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
     else:
         keys = list(_MODEL_KEYS) + list(_TEACHER_KEYS)
         keys += ["response_mask"] if "response_mask" in batch.batch.keys() else []
-        rows = batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=["temperature"])
+        rows = batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
     policy_config = actor.config
     history = run_ppo_update(
         actor.engine,
@@ -54,7 +58,7 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
         lambda normalizer: _distill_loss_fn(actor, normalizer, config),
         rollout_n=actor.rollout_n,
         loss_scale_factor=policy_config.loss_scale_factor,
-        temperature=batch.meta_info["temperature"],
+        temperature=request.temperature,
         calculate_entropy=config.use_policy_loss and policy_config.entropy_coeff != 0,
     )
     return mean_metrics(history, "actor")

@@ -19,6 +19,7 @@ from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
+from verl_like.workers.train_request import TrainRequest
 
 _MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "ref_log_probs")
 
@@ -36,14 +37,15 @@ def update_policy_dpo(actor: PPOActor, batch: DataProto, config: OnlineDPOConfig
         raise KeyError(f"update_policy_dpo: the batch lacks {missing}; it has {sorted(batch.batch.keys())}")
     if len(batch) % 2:
         raise ValueError(f"update_policy_dpo: {len(batch)} rows on this rank; rows must come in (chosen, rejected) pairs")
-    rows = batch.select(batch_keys=list(_MODEL_KEYS), non_tensor_keys=[], meta_keys=["temperature"])
+    rows = batch.select(batch_keys=list(_MODEL_KEYS), non_tensor_keys=[], meta_keys=[])
+    temperature = TrainRequest.from_meta_info(batch.meta_info).temperature
     history = run_ppo_update(
         actor.engine,
         rows,
         actor.config,
         lambda normalizer: _dpo_loss_fn(normalizer, config),
         rollout_n=2,  # ppo_mini_batch_size counts prompts, i.e. pairs: 2 rows each
-        temperature=float(batch.meta_info.get("temperature", 1.0)),
+        temperature=1.0 if temperature is None else temperature,
     )
     return mean_metrics(history, "actor")
 

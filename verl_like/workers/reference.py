@@ -19,6 +19,7 @@ import logging
 
 from verl_like.engine.base import TrainEngine
 from verl_like.protocol import DataProto
+from verl_like.workers.train_request import TrainRequest
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +37,12 @@ class ReferencePolicy:
         `temperature`: the rollout's; None reads batch.meta_info["temperature"].
         """
         if temperature is None:
-            if "temperature" not in batch.meta_info:
-                raise KeyError(
-                    "ReferencePolicy.compute_ref_log_prob: pass temperature= or set batch.meta_info['temperature'] "
-                    "to the rollout's sampling temperature"
-                )
-            temperature = float(batch.meta_info["temperature"])
+            temperature = TrainRequest.from_meta_info(batch.meta_info).temperature
+        if temperature is None:
+            raise KeyError(
+                "ReferencePolicy.compute_ref_log_prob: pass temperature= or set batch.meta_info['temperature'] "
+                "to the rollout's sampling temperature"
+            )
         with self.engine.adapter_disabled() if self.adapter_disabled else contextlib.nullcontext():
             outputs = self.engine.forward(batch, temperature=temperature)
         return outputs.rename("log_probs", "ref_log_probs")

@@ -8,7 +8,9 @@
   the workers cannot start, the launched servers are released too.
 - The asynchronous driver reproduces the synchronous run at staleness 0, raises the reward at staleness 1, and an
   async run killed with kill -9 resumes at its first untrained batch: its rollout dumps show every batch of the
-  uninterrupted data order trained once, none skipped or repeated, none staler than K versions.
+  uninterrupted data order trained once, none skipped or repeated, none staler than K versions. With several
+  optimizer steps per step (mini-batches × epochs) a version is still one weight sync, in the metrics, the dumps
+  and the server.
 """
 
 from __future__ import annotations
@@ -224,6 +226,32 @@ def test_async_driver_at_staleness_one_raises_the_held_out_reward(cache_dir, tmp
     assert all(r["async/lr_scale"] == 1.0 and r["actor/lr"] == pytest.approx(5e-4, rel=1e-12) for r in trained)
     assert all(any(k.startswith("rollout_is/") for k in r) for r in trained)  # the IS correction ran every step
     assert all(r["rollout/requests_retried"] == 0.0 for r in trained)  # issue #32: no request needed a retry
+
+
+def test_async_run_counts_one_version_per_sync_with_several_optimizer_steps_per_step(cache_dir, tmp_path,
+                                                                                       vllm_server):
+    """4 mini-batches (2 of the 8 prompts each) x 2 epochs: 8 optimizer steps per trainer step and one weight sync.
+    The sync's weight_sync/version, the batches' async/weight_version, the rollout dumps and the server's
+    weight_version all count syncs (they counted optimizer steps on one side and steps on the other); no batch is
+    staler than K=1 versions."""
+    from verl_like.rollout.server_client import ServerClient
+
+    staleness, steps = 1, 3
+    run, dumps = tmp_path / "run", tmp_path / "rollouts"
+    _run(["+trainer=ci_smoke", *SERVER, f"actor_rollout_ref.rollout.server.address=[{vllm_server}]",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+          "actor_rollout_ref.actor.ppo_epochs=2", "async_training.enable=true", f"async_training.staleness={staleness}",
+          "algorithm.rollout_is=true", f"trainer.total_training_steps={steps}", "trainer.test_freq=-1",
+          f"trainer.default_local_dir={run}", f"trainer.rollout_data_dir={dumps}"], cache_dir)
+    trained = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] > 0]
+    assert [r["step"] for r in trained] == [1, 2, 3]
+    assert [r["weight_sync/version"] for r in trained] == [1.0, 2.0, 3.0]  # not 8, 16, 24
+    # Step s trains policy version s - 1 on a batch `staleness` versions older, within the bound.
+    assert [r["async/staleness"] for r in trained] == [0.0, 1.0, 1.0]
+    assert all(r["async/weight_version"] == r["step"] - 1 - r["async/staleness"] for r in trained)
+    dumped = {step: {record["weight_version"] for record in records} for step, records in read_dumps(dumps).items()}
+    assert dumped == {r["step"]: {r["async/weight_version"]} for r in trained}, dumped
+    assert ServerClient(vllm_server, "probe").request("GET", "/weight_info")["weight_version"] == str(steps)
 
 
 def read_dumps(directory: Path) -> dict[int, list[dict]]:

@@ -111,3 +111,23 @@ def test_generation_runs_off_the_trainer_thread():
     train(prefetcher, range(2), [])
     prefetcher.close()
     assert threads and all(name.startswith("rollout-prefetch") for name in threads)
+
+
+def test_steps_without_an_actor_update_do_not_age_a_batch():
+    """During the critic's warm-up the policy stays at version 0: the launches still follow the steps (nothing
+    stalls), and every batch lags the policy by 0 versions."""
+    prefetcher = RolloutPrefetcher(generated, CountingLoader(), 1, start_step=0, total_steps=6)
+    warmup = 3
+    got = [prefetcher.next(step, version=max(0, step - warmup)) for step in range(6)]
+    prefetcher.close()
+    assert [b.step for b in got] == list(range(6))
+    assert [b.version for b in got] == [0, 0, 0, 0, 0, 1]  # step 4's batch was launched after step 2, at version 0
+    assert [max(0, b.step - warmup) - b.version for b in got] == [0, 0, 0, 0, 1, 1]
+
+
+def test_a_batch_staler_than_k_versions_is_refused():
+    prefetcher = RolloutPrefetcher(generated, CountingLoader(), 1, start_step=0, total_steps=4)
+    prefetcher.next(0, version=0)  # launches step 1 at version 0
+    with pytest.raises(RuntimeError, match="2 versions behind 2"):
+        prefetcher.next(1, version=2)  # two syncs in one step would break the bound
+    prefetcher.close()

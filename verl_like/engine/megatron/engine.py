@@ -33,7 +33,7 @@ from torch import nn
 
 from verl_like.config.megatron import MegatronConfig
 from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine, WeightHoldings
-from verl_like.engine.config import EngineConfig
+from verl_like.engine.config import EngineConfig, MicroBatching
 from verl_like.engine.fsdp import init_process_group_from_env
 from verl_like.engine.lr_schedule import WarmupSchedule
 from verl_like.engine.megatron import compat, cpu_support
@@ -252,8 +252,8 @@ class MegatronEngine(TrainEngine):
     def _model_inputs(self, batch: DataProto) -> DataProto:
         return engine_inputs(batch, self.config.model_kind, "MegatronEngine")  # sequence_classifier refused at build
 
-    def _micro_batches(self, batch: DataProto) -> list[list[int]]:
-        return engine_micro_batches(batch, self.config, self.dp_group)
+    def _micro_batches(self, batch: DataProto, micro_batching: MicroBatching | None = None) -> list[list[int]]:
+        return engine_micro_batches(batch, micro_batching or self.config.micro_batching, self.dp_group)
 
     def _outputs(self, output: torch.Tensor, micro_batch: DataProto, inputs, temperature: float,
                  calculate_entropy: bool) -> dict[str, torch.Tensor]:
@@ -306,11 +306,12 @@ class MegatronEngine(TrainEngine):
             return ["values"]
         return ["log_probs", "entropy"] if calculate_entropy else ["log_probs"]
 
-    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False) -> DataProto:
+    def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False,
+                micro_batching: MicroBatching | None = None) -> DataProto:
         """Outputs for every row of this rank's batch, in its row order, as float32 CPU tensors."""
         self._require_onloaded("forward")
         inputs = self._model_inputs(batch)
-        groups = self._micro_batches(inputs)
+        groups = self._micro_batches(inputs, micro_batching)
         pieces: dict[str, list[torch.Tensor]] = defaultdict(list)
 
         def collect(micro_batch, model_in, output):

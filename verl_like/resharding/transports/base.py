@@ -23,8 +23,8 @@ class WeightTransport(abc.ABC):
 
     @abc.abstractmethod
     def send(self, version: int) -> SyncStats:
-        """Sends the current weights, tagged with policy `version` (the trainer's optimizer step); this rank's
-        stats."""
+        """Sends the current weights, tagged with policy `version` (the number of actor updates synced into the
+        rollout, workers/weight_version.py); this rank's stats."""
 
     def forget_engine_weights(self) -> None:
         """The engine lost its weights (a sleep that discards them): the next `send` sends everything again."""
