@@ -9,6 +9,7 @@ from verl_like.config.errors import ConfigError
 TRUNCATION_MODES = ("error", "left", "right", "middle", "filter")
 # `synthetic:<task>[:<split>]` names a task verl_like/data/synthetic.py generates instead of a file.
 SYNTHETIC_PREFIX = "synthetic:"
+SUPPORTED_SUFFIXES = (".parquet", ".jsonl")  # the data file types verl_like/data/rows.py reads
 
 
 def is_synthetic(path: str) -> bool:

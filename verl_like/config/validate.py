@@ -2,7 +2,8 @@
 
 Single-key checks (ranges, choices, registered names) run when each node is built (see `to_typed`); here are the
 checks that need several keys, the filesystem or the model's config. Each raises one ConfigError naming the keys
-and the fix; combinations that work but are probably unintended are returned (and logged) as warnings.
+and the fix; `validate` runs them all and reports every problem at once (one ConfigError listing each);
+combinations that work but are probably unintended are returned (and logged) as warnings.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from verl_like.config.agents import check_agent_loops
-from verl_like.config.data import is_synthetic
+from verl_like.config.data import SUPPORTED_SUFFIXES, is_synthetic
 from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
@@ -29,37 +30,75 @@ logger = logging.getLogger(__name__)
 
 
 def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
-    """Raises ConfigError for the first inconsistent setting; returns the warnings (also logged).
+    """Raises one ConfigError naming every inconsistent setting (each check's message; one line each when there
+    are several); returns the warnings (also logged).
 
     check_paths: also require the model, tokenizer, data, reward-function and resume paths to exist (and the
     model's max_position_embeddings to be read from its config.json). Pass False to check a config for another
     machine (CI checks the GPU presets this way).
     """
-    _check_lengths(config)
-    _check_synthetic_specs(config)
-    check_online_dpo(config)  # before _check_roles: its messages speak of the RL estimator
-    check_distillation(config, check_paths)
-    _check_roles(config)
-    _check_megatron_runtime(config)
-    check_lora(config)
-    _check_fused_kernels(config)
-    _check_reward_roles(config)
-    _check_schedule(config)
-    _check_cluster(config)
-    check_server_placement(config)
-    check_weight_transfer(config)
-    _check_async(config)
-    check_agent_loops(config, check_paths)
-    config.derived  # noqa: B018 - computes the per-rank sizes, raising if they do not divide
-    if check_paths:
-        _check_paths(config)
-    _check_model_overrides(config, check_paths)
-    _check_megatron_model_split(config, check_paths)
-    _check_model_context(config, check_paths)
+    checks: list[Callable[[], object]] = [
+        lambda: _check_lengths(config),
+        lambda: _check_synthetic_specs(config),
+        lambda: check_data_file_types(config),
+        lambda: check_online_dpo(config),  # before _check_roles: its messages speak of the RL estimator
+        lambda: check_distillation(config, check_paths),
+        lambda: _check_roles(config),
+        lambda: _check_megatron_runtime(config),
+        lambda: check_lora(config),
+        lambda: _check_fused_kernels(config),
+        lambda: _check_reward_roles(config),
+        lambda: _check_schedule(config),
+        lambda: _check_cluster(config),
+        lambda: check_server_placement(config),
+        lambda: check_weight_transfer(config),
+        lambda: _check_async(config),
+        lambda: check_agent_loops(config, check_paths),
+        lambda: config.derived,  # computes the per-rank sizes, raising if they do not divide
+        *([lambda: _check_paths(config)] if check_paths else []),
+        lambda: _check_model_overrides(config, check_paths),
+        lambda: _check_megatron_model_split(config, check_paths),
+        lambda: _check_model_context(config, check_paths),
+    ]
+    errors: list[str] = []
+    for check in checks:
+        try:
+            check()
+        except ConfigError as err:
+            if str(err) not in errors:  # later checks that read config.derived raise its error again
+                errors.append(str(err))
+        except Exception:
+            if not errors:
+                raise
+            break  # a later check tripped over a setting already reported: report those
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    if errors:
+        raise ConfigError(f"{len(errors)} problems with the config:\n" + "\n".join(f"- {e}" for e in errors))
     warnings = _warnings(config)
     for message in warnings:
         logger.warning("config: %s", message)
     return warnings
+
+
+def data_file_type_errors(config: PPOConfig) -> list[str]:
+    """One message per data file of a type the loader cannot read (existence is checked by _check_paths)."""
+    errors = []
+    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
+        for path in files:
+            if not is_synthetic(path) and Path(path).suffix not in SUPPORTED_SUFFIXES:
+                errors.append(
+                    f"{key}: {path!r} is a {Path(path).suffix or 'suffix-less'} file; verl_like reads "
+                    f"{' and '.join(SUPPORTED_SUFFIXES)} (examples/data_preprocess/ writes parquet), or 'synthetic:<task>'"
+                )
+    return errors
+
+
+def check_data_file_types(config: PPOConfig) -> None:
+    """Raises ConfigError naming the data files of a type the loader cannot read."""
+    errors = data_file_type_errors(config)
+    if errors:
+        raise ConfigError("; ".join(errors))
 
 
 def _check_async(config: PPOConfig) -> None:

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verl_like.config.data import SUPPORTED_SUFFIXES
+
 logger = logging.getLogger(__name__)
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
-SUPPORTED_SUFFIXES = (".parquet", ".jsonl")
 
 
 class DataRowError(ValueError):

@@ -218,16 +218,12 @@ def check_loggers(loggers: tuple[str, ...]) -> None:
 
 
 def check_data_files(config: PPOConfig) -> None:
-    """Each data file must have a readable suffix (existence is checked by validate)."""
-    from verl_like.data.rows import SUPPORTED_SUFFIXES
+    """Each data file must have a readable suffix (validate checks it too; existence is checked by validate)."""
+    from verl_like.config.validate import data_file_type_errors
 
-    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
-        for path in files:
-            if not is_synthetic(path) and Path(path).suffix not in SUPPORTED_SUFFIXES:
-                raise PreflightError(
-                    f"{key}: {path!r} is a {Path(path).suffix or 'suffix-less'} file; verl_like reads "
-                    f"{' and '.join(SUPPORTED_SUFFIXES)} (examples/data_preprocess/ writes parquet), or 'synthetic:<task>'"
-                )
+    errors = data_file_type_errors(config)
+    if errors:
+        raise PreflightError(errors[0])
 
 
 def check_image_data(config: PPOConfig) -> None:

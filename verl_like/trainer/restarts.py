@@ -35,12 +35,13 @@ def fit_with_restarts(fit: Callable[[], dict[str, float]], restart: Callable[[],
             return fit()
         except WorkerDiedError as err:
             at = step() + 1
-            if len(failures) >= max_restarts:
-                raise
+            # Before the cap: a repeat at the last allowed restart must still name both errors.
             if failures and failures[-1][0] == at:
                 raise RepeatedFaultError(
                     f"a trainer worker died twice at step {at}; not restarting again.\n"
                     f"first: {failures[-1][1]}\nthen: {err}") from err
+            if len(failures) >= max_restarts:
+                raise
             failures.append((at, err))
             logger.warning("a trainer worker died during step %d (%s); restarting the worker groups from the "
                            "newest checkpoint (restart %d of trainer.max_restarts=%d)", at, err, len(failures),

@@ -20,6 +20,7 @@ from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, 
 from verl_like.trainer.server_placement import server_placement, server_weight_transfer
 from verl_like.utils.device import resolve_device
 from verl_like.utils.flops import TransformerShape
+from verl_like.utils.progress import phase
 
 logger = logging.getLogger(__name__)
 
@@ -344,14 +345,15 @@ def build_components(
         # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
         placement = server_placement(config, resolve_device(trainer.device), trainer.cpus_per_worker)
         launched = _launch_servers(config, model_path, None) if _servers_start_early(config) else None
-        group = WorkerGroup(
-            pool,
-            roles,
-            name="hybrid",
-            default_timeout_s=CallTimeouts.from_config(trainer.timeouts),
-            init_timeout_s=trainer.timeouts.worker_start_timeout_s,
-            resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
-        )
+        with phase(f"starting {derived.world_size} trainer worker process(es)", log=logger):
+            group = WorkerGroup(
+                pool,
+                roles,
+                name="hybrid",
+                default_timeout_s=CallTimeouts.from_config(trainer.timeouts),
+                init_timeout_s=trainer.timeouts.worker_start_timeout_s,
+                resource_fraction=placement.trainer_fraction,  # < 1 when servers share these devices
+            )
     except BaseException:  # nothing started so far outlives a failed start
         if launched is not None:
             launched.abort()
@@ -388,9 +390,11 @@ def build_components(
         if config.actor_rollout_ref.rollout.mode == "server":
             # From here _server_rollout owns the launched servers (it releases them if it fails).
             early, launched = launched, None
-            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup, early)
+            with phase("building the trainer's models, starting the vLLM servers, first sync", log=logger):
+                rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup, early)
         else:
-            startup.update(slowest_rank(pending.result()))
+            with phase("building the trainer's models and rollout engines", log=logger):
+                startup.update(slowest_rank(pending.result()))
             rollout = ColocatedRollout(actor_rollout)
         if agents:
             _start_agent_loops(config, rollout, actor_rollout, tokenizer)

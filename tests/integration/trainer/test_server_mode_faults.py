@@ -4,9 +4,10 @@ session's vLLM server through `server.address`).
 Validation after every step of an asynchronous run sends the whole held-out set at once (256 requests, more than
 an HTTP client keeps alive) right after the training batches' requests, while, with partial rollout, the next
 batches are still generating: every run finishes, validates at every step, trains each batch at the lag its
-staleness allows, and no request needed a retry. Partial rollout at staleness 1 and 2 here; without it the
-driver drains every batch before the sync, so validation meets no request in flight at any staleness: that case
-is the staleness-1 run of test_server_mode_run.py (validated at steps 5 and 10, also checked for retries).
+staleness allows, and no request needed a retry. Partial rollout at staleness 1 and 2 here, and staleness 2
+without it (the driver then drains every batch before the sync, so validation meets no request in flight);
+staleness 1 without partial rollout is the staleness-1 run of test_server_mode_run.py (validated at steps 5 and
+10, also checked for retries).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def cache_dir(verl_like_cache):
     return Path(verl_like_cache)
 
 
-@pytest.mark.parametrize(("staleness", "partial"), [(1, True), (2, True)])
+@pytest.mark.parametrize(("staleness", "partial"), [(1, True), (2, True), (2, False)])
 def test_validating_during_an_async_run_finishes_every_step(cache_dir, tmp_path, vllm_server, staleness, partial):
     _run(["+trainer=ci_smoke", *SERVER, f"actor_rollout_ref.rollout.server.address=[{vllm_server}]",
           "async_training.enable=true", f"async_training.staleness={staleness}",

@@ -122,3 +122,23 @@ def test_path_errors_are_skipped_without_path_checks():
     config = load_config(["actor_rollout_ref.model.path=/nonexistent/model",
                           "data.train_files=/nonexistent/train.parquet"], check_paths=False)
     assert config.actor_rollout_ref.model.path == "/nonexistent/model"
+
+
+def test_several_config_errors_are_reported_at_once(tmp_path):
+    """Issue #31: `data.train_files=x.csv` with lengths over the model's context was reported as the context length
+    alone; every problem is named in one error."""
+    data = tmp_path / "x.csv"
+    data.write_text("prompt\n1+1\n")
+    with pytest.raises(ConfigError) as excinfo:
+        load_config([*BASE, f"data.train_files={data}", "data.max_prompt_length=1000", "data.train_batch_size=30",
+                     "trainer.n_gpus_per_node=3"])
+    message = str(excinfo.value)
+    assert message.startswith("3 problems with the config:\n- "), message
+    assert "x.csv' is a .csv file" in message and "exceeds the model's max_position_embeddings" in message
+    assert "data.train_batch_size=30 is not divisible by actor_rollout_ref.actor.ppo_mini_batch_size=16" in message
+
+
+def test_a_single_config_error_is_its_own_message():
+    with pytest.raises(ConfigError) as excinfo:
+        load_config([*BASE, "data.max_prompt_length=1000"])
+    assert str(excinfo.value).startswith("data.max_prompt_length=1000 + data.max_response_length=16")

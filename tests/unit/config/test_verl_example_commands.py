@@ -97,6 +97,7 @@ def test_dapo_reward_kwargs_overlong_buffer_cfg_reads_as_our_overlong_buffer():
     ("SANDBOX_FUSION", ["sandbox-fusion"]),
     ("GRPO_SGLANG_MEGATRON", ["SGLang"]),
     ("GRPO_SEQ_BALANCE", ["SGLang"]),
+    ("GSPO", ["max_num_batched_tokens"]),
     ("DAPO_GMPO", ["Ulysses sequence parallelism is not built", "max_num_batched_tokens", "hybrid sharding"]),
 ])
 def test_verl_examples_of_features_not_built_are_refused_with_every_reason_at_once(name, reasons):
@@ -104,6 +105,16 @@ def test_verl_examples_of_features_not_built_are_refused_with_every_reason_at_on
         load(name)
     for reason in reasons:
         assert reason in str(err.value)
+
+
+def test_verl_gspo_example_composes_once_its_two_refused_keys_are_removed():
+    """verl's GSPO script is refused only for rollout.max_num_batched_tokens (its rollout.mode=async is the
+    colocated placement)."""
+    refused = ("actor_rollout_ref.rollout.max_num_batched_tokens=",)
+    args = [a for a in command("GSPO") if not a.startswith(refused)]
+    config = load_config([*args, *GPU], check_paths=False)
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
+    assert config.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
 
 
 @pytest.mark.parametrize("override, note", [
@@ -114,6 +125,8 @@ def test_verl_examples_of_features_not_built_are_refused_with_every_reason_at_on
     ("algorithm.use_pf_ppo=False", "PF-PPO"),
     ("reward_model.sandbox_fusion.url=null", "sandbox-fusion"),
     ("reward_model.use_reward_loop=True", "scoring_workers"),
+    ("reward_model.reward_manager=dapo", "reward_model.overlong_buffer"),
+    ("reward_model.reward_manager=prime", "scoring_timeout_s"),
     ("actor_rollout_ref.rollout.enable_chunked_prefill=False", "not the samples"),
 ])
 def test_verl_keys_without_a_key_here_are_taken_with_a_note_not_a_wrong_hint(override, note):

@@ -60,6 +60,14 @@ def test_the_same_fault_twice_at_one_step_ends_the_run_naming_both():
     assert trainer.restarts == 1
 
 
+def test_the_same_fault_twice_names_both_also_when_it_uses_the_last_restart():
+    """trainer.max_restarts=1, the issue's setting: the second death is past the cap and at the same step."""
+    trainer = Trainer(deaths=[4, 4])
+    with pytest.raises(RepeatedFaultError, match=r"(?s)died twice at step 4.*first: .*then: "):
+        run(trainer, max_restarts=1)
+    assert trainer.restarts == 1
+
+
 def test_other_errors_are_not_restarted():
     def fit():
         raise WorkerError("hybrid.actor_rollout.update_actor", 0, "ValueError: bad batch")
