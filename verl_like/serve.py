@@ -68,9 +68,30 @@ def server_command(
     ]
     if device == "cpu" and "--enforce-eager" not in extra_args:
         command.append("--enforce-eager")
-    if device == "cpu" and "--max-num-batched-tokens" not in extra_args:
-        command += cpu_batch_budget(extra_args)
+    if device == "cpu":
+        extra_args = _at_least_cpu_budget(extra_args)
     return command + list(extra_args)
+
+
+def _at_least_cpu_budget(args: Sequence[str]) -> list[str]:
+    """`args` with `--max-num-batched-tokens` at least `cpu_batch_budget`'s (added when absent)."""
+    budget = cpu_batch_budget(args)
+    given = _flag(args, "--max-num-batched-tokens")
+    if not budget:
+        return list(args)
+    if given is None:
+        return [*args, *budget]
+    if int(given) >= int(budget[1]):
+        return list(args)
+    out, skip = [], False
+    for arg in args:  # drop the smaller value the user gave, then append the budget
+        if skip:
+            skip = False
+        elif arg == "--max-num-batched-tokens":
+            skip = True
+        elif not arg.startswith("--max-num-batched-tokens="):
+            out.append(arg)
+    return [*out, *budget]
 
 
 def _flag(args: Sequence[str], name: str) -> str | None:
@@ -108,6 +129,8 @@ def vllm_server_args(
         "--max-model-len", str(rollout.engine_max_model_len),
         "--gpu-memory-utilization", str(rollout.gpu_memory_utilization),
         "--max-num-seqs", str(rollout.max_num_seqs),
+        *(["--max-num-batched-tokens", str(rollout.max_num_batched_tokens)]
+          if rollout.max_num_batched_tokens is not None else []),
         "--seed", str(rollout.seed),
         "--load-format", rollout.load_format,
         "--enable-prefix-caching" if rollout.enable_prefix_caching else "--no-enable-prefix-caching",

@@ -27,8 +27,12 @@ def test_on_cpu_no_prefill_is_split_when_the_context_is_known():
     small = server_command("/m", port=1, device="cpu", extra_args=["--max-model-len=16"])
     assert small[small.index("--max-num-batched-tokens") + 1] == "8192"
     mine = server_command("/m", port=1, device="cpu",
-                          extra_args=["--max-model-len", "64", "--max-num-batched-tokens", "99"])
-    assert mine.count("--max-num-batched-tokens") == 1  # the user's own value wins
+                          extra_args=["--max-model-len", "64", "--max-num-batched-tokens", "99999"])
+    assert mine.count("--max-num-batched-tokens") == 1 and "99999" in mine  # a larger budget of the user's stays
+    low = server_command("/m", port=1, device="cpu",
+                         extra_args=["--max-model-len", "64", "--max-num-batched-tokens=99", "--dtype", "float32"])
+    assert low.count("--max-num-batched-tokens") == 1 and "--max-num-batched-tokens=99" not in low
+    assert low[low.index("--max-num-batched-tokens") + 1] == "16384" and "--dtype" in low  # raised: 99 would crash
     gpu = server_command("/m", port=1, device="cuda", extra_args=["--max-model-len", "64"])
     assert "--max-num-batched-tokens" not in gpu
     assert "--max-num-batched-tokens" not in server_command("/m", port=1, device="cpu")  # context unknown
@@ -43,6 +47,20 @@ def test_the_rollout_node_becomes_vllm_flags():
     assert args[args.index("--dtype") + 1] == rollout.dtype and "--trust-remote-code" in args
     assert json.loads(args[args.index("--hf-overrides") + 1]) == {"rope_theta": 5.0}
     assert args[-2:] == ["--max-num-batched-tokens", "4096"]
+
+
+def test_verls_max_num_batched_tokens_reaches_the_engine_and_the_servers():
+    from verl_like.rollout.from_config import vllm_engine_options
+    from verl_like.rollout.vllm import build_llm_kwargs
+
+    rollout = load_config(["actor_rollout_ref.rollout.max_num_batched_tokens=10240"]).actor_rollout_ref.rollout
+    args = vllm_server_args(rollout)
+    assert args[args.index("--max-num-batched-tokens") + 1] == "10240"
+    options = vllm_engine_options(rollout)
+    assert options.max_num_batched_tokens == 10240
+    # on this CPU machine the in-process engine takes at least the budget that splits no prefill
+    kwargs = build_llm_kwargs("/m", options)
+    assert kwargs["max_num_batched_tokens"] == max(10240, 256 * rollout.engine_max_model_len)
 
 
 def test_the_server_environment_opens_the_dev_endpoints_and_runs_its_engine_in_a_subprocess(monkeypatch):

