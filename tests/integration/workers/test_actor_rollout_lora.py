@@ -268,6 +268,11 @@ def test_sync_check_fails_a_run_whose_engine_is_fed_wrong_weights_naming_it(trai
     finally:
         group.inject_fault(None)
     message = str(excinfo.value)
-    assert re.search(r"sync check failed: rank [01]'s in-process VLLMRolloutEngine \(adapter policy-\d+-v1\)", message)
-    assert "holding version 1 does not serve the trainer's policy of version 1" in message
+    named = re.search(r"sync check failed: rank [01]'s in-process VLLMRolloutEngine \(adapter policy-\d+-v(\d+)\)",
+                      message)
+    assert named, message
+    # a re-sync of unchanged weights keeps the version (workers/weight_version.py): the engine and the trainer's
+    # policy carry the same one, the adapter's name says it
+    version = named.group(1)
+    assert f"holding version {version} does not serve the trainer's policy of version {version}" in message
     assert group.sync_weights()[0]["rollout/sync_check_gap"] <= 1e-4  # fed right again, it passes
