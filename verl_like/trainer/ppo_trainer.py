@@ -43,7 +43,7 @@ from verl_like.trainer.metrics import data_metrics, mean_metrics, mfu_metrics, t
 from verl_like.trainer.phases import StepContext, select_update_phase
 from verl_like.trainer.progress import Progress
 from verl_like.trainer.rewarding import BatchScorer
-from verl_like.trainer.rollout_dump import dump_rollouts
+from verl_like.trainer.rollout_dump import dump_rollouts, remove_stale_temp_files
 from verl_like.trainer.run_summary import RunRecord
 from verl_like.trainer.setup import TrainerComponents, build_components
 from verl_like.trainer.val_generations import ValGenerationLogger, ValSample, decode_samples
@@ -469,6 +469,8 @@ class PPOTrainer:
         if self.components is None:
             self.init_workers()
         self._resume()
+        if self.rollout_data_dir is not None:
+            remove_stale_temp_files(self.rollout_data_dir)  # a killed run's half-written dumps
         self.tracking = Tracking(cfg.logger, self.run_dir, cfg.project_name, cfg.experiment_name, self.config_dict())
         generations = ValGenerationLogger(cfg.logger, self.run_dir) if cfg.log_val_generations else None
         total = self._c.total_training_steps

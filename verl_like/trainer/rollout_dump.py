@@ -16,6 +16,8 @@ the update; the synchronous loop, the asynchronous driver and online DPO all pas
                   (with partial rollout a sample's later turns may come from newer weights than weight_version)
 A file is written under a temporary name and renamed into place (os.replace), so a killed run leaves whole files
 only. A run killed during step s may leave s.jsonl although step s never finished; the resumed run rewrites it.
+A run killed during a write leaves its hidden temporary file (.s.jsonl.<pid>.tmp); the next run on the directory
+removes such files before its first step (`remove_stale_temp_files`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,16 @@ def _plain(value: Any) -> Any:
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     """Writes `records` to `path` as JSON lines, atomically: a reader (or a kill) never sees half a file."""
     write_text_atomically(path, "".join(json.dumps(r, ensure_ascii=False, default=_plain) + "\n" for r in records))
+
+
+def remove_stale_temp_files(directory: Path) -> list[Path]:
+    """Removes the hidden temporary files of writes a killed run left in `directory` (no writer of this run is
+    active when it is called: before the first step); returns what it removed."""
+    directory = Path(directory)
+    stale = sorted(directory.glob(".*.jsonl.*.tmp")) if directory.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def dump_rollouts(

@@ -202,3 +202,14 @@ def test_rollout_dump_records_each_turns_version():
     scored.batch["token_level_scores"] = torch.zeros(4, R)
     records = rollout_records(scored, build_tokenizer(), step=1, weight_version=4)
     assert [r["turn_versions"] for r in records] == [[0, 0], [0], [0, 0], [4, 4, 5, 5]]
+
+
+def test_a_killed_writers_temp_files_are_removed_and_whole_files_kept(tmp_path):
+    from verl_like.trainer.rollout_dump import remove_stale_temp_files
+
+    (tmp_path / "3.jsonl").write_text("{}\n")
+    (tmp_path / ".4.jsonl.1234.tmp").write_text("{half")
+    (tmp_path / ".notes.txt").write_text("mine")
+    assert [p.name for p in remove_stale_temp_files(tmp_path)] == [".4.jsonl.1234.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.txt", "3.jsonl"]
+    assert remove_stale_temp_files(tmp_path / "absent") == []
