@@ -15,7 +15,7 @@ from verl_like.trainer.restarts import fit_with_restarts
 from verl_like.trainer.run_summary import format_summary
 from verl_like.utils.device import resolve_device
 from verl_like.utils.env import apply_default_env
-from verl_like.utils.quiet_logs import log_level_env
+from verl_like.utils.quiet_logs import install_noise_filters, log_level_env
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ def start_ray(config: PPOConfig, *, preflight: bool = True, reward_fn: Any = Non
     env = apply_default_env(device)
     env.update(log_level_env(trainer_cfg.log_level))  # the configured level wins over an inherited one
     os.environ.update(env)
+    install_noise_filters(trainer_cfg.log_level)  # Ray's start-up notices on this process's console
     ray_init = trainer_cfg.ray_init
     init_ray(
         address=trainer_cfg.ray_address,

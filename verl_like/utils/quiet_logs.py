@@ -10,12 +10,20 @@ Two parts:
   backend's "doesn't allow to use `torch.set_num_threads`" on every generate, and vLLM's JIT monitor calling the
   first compile of our training kernels (engine/token_log_probs.py) a "latency spike during inference". Called in
   every worker process.
+
+The same level also keeps the start-up notices of a CPU run off the console (STARTUP_NOTICES: vLLM's CPU build
+asking for libtcmalloc/libiomp in LD_PRELOAD and for triton-cpu, the V1 model runner chosen, eager mode and the
+in-process engine's seed notice, torch's "Triton not available"; a FutureWarning vLLM's import triggers in torch;
+the C++ NUMA-binding notice, through TORCH_CPP_LOG_LEVEL=ERROR) and Ray's token-auth and backend-level notices
+(`log_level_env`; the driver installs the filters too). Each says nothing is wrong with the run; `trainer.log_level=INFO`
+shows them all again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 LEVEL_ENV = "VERL_LIKE_LOG_LEVEL"
 # (logger name, substring of the message format, substring of one of its arguments or None)
@@ -24,6 +32,21 @@ HARMLESS_REPEATS = (
     ("vllm.v1.worker.cpu_worker", "torch.set_num_threads", None),
     ("vllm.utils.jit_monitor", "during inference", "token_log_probs"),
 )
+# Start-up notices that say nothing about the run (logged once per engine start).
+STARTUP_NOTICES = (
+    ("vllm.v1.worker.cpu_worker", "is not found in LD_PRELOAD", None),
+    ("vllm.platforms.cpu", "Triton is not installed", None),
+    ("vllm.platforms.cpu", "Reset SSM cache type", None),
+    ("vllm.config.vllm", "Model Runner V2 requires Triton", None),
+    ("vllm.config.vllm", "Enforce eager set", None),
+    ("vllm.config.vllm", "Inductor compilation was disabled", None),
+    ("vllm.engine.arg_utils", "global random seed is set", None),
+    ("torch._library.triton", "Triton not available", None),
+    # A new local cluster turns token auth on (Ray's default) and says so; the driver filters it (trainer/launch.py).
+    ("ray._private.authentication.authentication_token_setup", "Token authentication is enabled", None),
+)
+# (category, message regex) of Python warnings that vLLM's import raises from torch, harmless.
+STARTUP_WARNINGS = ((FutureWarning, r"`torch\.distributed\.reduce_op` is deprecated"),)
 
 
 class _Demote(logging.Filter):
@@ -44,17 +67,27 @@ class _Demote(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
+def _quiet(level: str) -> bool:
+    return logging.getLevelName(level.upper()) > logging.INFO
+
+
 def log_level_env(level: str) -> dict[str, str]:
-    """Environment for the workers: vLLM's level, Ray's backend level, and the level the filters read."""
-    return {"VLLM_LOGGING_LEVEL": level, "RAY_BACKEND_LOG_LEVEL": level.lower(), LEVEL_ENV: level}
+    """Environment for the workers: vLLM's level, torch's C++ level, the level the filters read, and Ray's backend
+    level when it is not the default (setting it makes every Ray process print that it was set)."""
+    env = {"VLLM_LOGGING_LEVEL": level, LEVEL_ENV: level, "TORCH_CPP_LOG_LEVEL": "ERROR" if _quiet(level) else level}
+    if level.upper() != "WARNING":
+        env["RAY_BACKEND_LOG_LEVEL"] = level.lower()
+    return env
 
 
 def install_noise_filters(level: str | None = None) -> None:
-    """Demotes HARMLESS_REPEATS when the level (default $VERL_LIKE_LOG_LEVEL, else WARNING) is above INFO."""
+    """Demotes HARMLESS_REPEATS and STARTUP_NOTICES (and ignores STARTUP_WARNINGS) when the level (default $VERL_LIKE_LOG_LEVEL, else WARNING) is above INFO."""
     level = (level or os.environ.get(LEVEL_ENV, "WARNING")).upper()
-    if logging.getLevelName(level) <= logging.INFO:
+    if not _quiet(level):
         return
-    for name, fragment, arg_fragment in HARMLESS_REPEATS:
+    for category, message in STARTUP_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    for name, fragment, arg_fragment in HARMLESS_REPEATS + STARTUP_NOTICES:
         target = logging.getLogger(name)
         if not any(isinstance(f, _Demote) and f.fragment == fragment for f in target.filters):
             target.addFilter(_Demote(fragment, arg_fragment))

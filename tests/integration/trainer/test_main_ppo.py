@@ -189,6 +189,10 @@ def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
     assert f"held-out reward (val/score/mean): {val[0]:.3f} at step 0 -> {val[10]:.3f} at step 10" in summary
     assert f"TensorBoard: tensorboard --logdir {tmp_path}/tensorboard" in summary
     assert f"report: python -m verl_like.report {tmp_path}" in summary and "checkpoints: none saved" in summary
+    # vLLM's, torch's and Ray's start-up notices stay below the default trainer.log_level (issue #31).
+    for notice in ("LD_PRELOAD", "Triton", "NUMA binding", "FutureWarning", "Token authentication",
+                   "Set ray log level", "global random seed"):
+        assert notice not in out, [line for line in out.splitlines() if notice in line][:3]
 
 
 def test_online_dpo_preset_raises_the_held_out_reward(cache_dir, tmp_path):
