@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from verl_like.config.errors import ConfigError
 
@@ -120,9 +122,61 @@ def _config_name_layer(flags: dict[str, str], errors: list[str], notes: list[str
         notes.append(f"--config-name={MEGATRON_CONFIG}: read as {' '.join(MEGATRON_STRATEGIES)} (the reference "
                      "follows the actor)")
         return list(MEGATRON_STRATEGIES)
+    layered = _user_config_file(flags, errors, notes)
+    if layered is not None:
+        return layered
     errors.append(f"--config-name={flags['config-name']}: verl_like has the PPO trainer's config only "
-                  f"(ppo_trainer, or {MEGATRON_CONFIG} for strategy=megatron); remove the flag or use one of them")
+                  f"(ppo_trainer, or {MEGATRON_CONFIG} for strategy=megatron), and no {name}.yaml built on it was "
+                  "found under --config-path; remove the flag or use one of them")
     return []
+
+
+def _user_config_file(flags: dict[str, str], errors: list[str], notes: list[str]) -> list[str] | None:
+    """A user's config file (`--config-path=DIR --config-name=NAME`, DIR/NAME.yaml) whose Hydra defaults are verl's
+    ppo_trainer or ppo_megatron_trainer (and _self_), as verl's multi-turn examples write them: its keys as
+    overrides placed before the command line's (which win, as in Hydra). None when there is no such file."""
+    import yaml
+
+    name = flags["config-name"].removesuffix(".yaml")
+    path = Path(flags.get("config-path", ".")).expanduser() / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    body = yaml.safe_load(path.read_text()) or {}
+    defaults = [d for d in body.pop("defaults", []) if d != "_self_"]
+    body.pop("hydra", None)
+    bases = {"ppo_trainer": [], MEGATRON_CONFIG: list(MEGATRON_STRATEGIES)}
+    if len(defaults) != 1 or not isinstance(defaults[0], str) or defaults[0] not in bases:
+        errors.append(f"--config-name={name}: {path} builds on {defaults or 'no defaults'}; verl_like reads a "
+                      f"config file only when its defaults are [ppo_trainer or {MEGATRON_CONFIG}, _self_]")
+        return []
+    overrides = [*bases[defaults[0]], *(f"{key}={_override_value(value)}" for key, value in _leaves(body))]
+    notes.append(f"--config-name={name}: {path} read as {len(overrides)} overrides on {defaults[0]}, before the "
+                 "command line's")
+    return overrides
+
+
+def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(node, dict) and node:
+        return [leaf for key, value in node.items() for leaf in _leaves(value, f"{prefix}{key}.")]
+    return [(prefix.rstrip("."), node)]
+
+
+def _override_value(value: Any) -> str:
+    """A YAML value in Hydra's override grammar."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_override_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if text.startswith("${") or (text and all(c.isalnum() or c in "_-./:" for c in text)):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _translate_one(prefix: str, key: str, value: str, out: list[str], notes: list[str]) -> None:
@@ -142,11 +196,7 @@ def _translate_one(prefix: str, key: str, value: str, out: list[str], notes: lis
         out.append(f"{prefix}{new_key}={value}")
         notes.append(f"{key} is deprecated in verl; read as {new_key}={value}")
     elif key in DEPRECATED_KEYS:
-        if value not in _NULL:
-            raise ConfigError(
-                f"{key}={value} is verl's deprecated global micro-batch size; set {DEPRECATED_KEYS[key]} (samples "
-                "per forward on one GPU/worker, e.g. its value divided by the number of workers) instead"
-            )
+        pass  # verl's global micro-batch sizes: per GPU once the command's GPU count is known (_per_gpu_micro)
     elif key in PERFORMANCE_KEYS:
         taken, reason = PERFORMANCE_KEYS[key]
         if taken is not None and value not in taken:
@@ -221,6 +271,34 @@ def _gen_batch_rounds(pairs: dict[str, str], out: list[str], notes: list[str], e
     )
 
 
+def _per_gpu_micro(pairs: dict[str, str], out: list[str], notes: list[str], errors: list[str]) -> None:
+    """verl's deprecated global micro-batch sizes, divided as verl's workers divide them: by the GPUs of the job
+    (trainer.n_gpus_per_node x trainer.nnodes, which the command must then set), into the per-GPU key."""
+    given = {key: value for key, value in pairs.items() if key in DEPRECATED_KEYS and value not in _NULL}
+    if not given:
+        return
+    try:
+        gpus = int(pairs["trainer.n_gpus_per_node"]) * int(pairs.get("trainer.nnodes", "1"))
+    except (KeyError, ValueError):
+        gpus = 0
+    for key, value in given.items():
+        per_gpu = DEPRECATED_KEYS[key]
+        if per_gpu in pairs:  # verl refuses both too
+            errors.append(f"{key}={value} is verl's deprecated global micro-batch size and {per_gpu} is set too; "
+                          f"remove {key}")
+            continue
+        if gpus <= 0 or not value.isdigit() or int(value) < gpus:
+            errors.append(
+                f"{key}={value} is verl's deprecated global micro-batch size; set {per_gpu} (samples per forward "
+                "on one GPU/worker) instead" + ("" if gpus <= 0 else f": {value} is fewer than the job's {gpus} GPUs")
+                + ("" if gpus > 0 else ", or set trainer.n_gpus_per_node so that it can be divided as verl does")
+            )
+            continue
+        out.append(f"{per_gpu}={int(value) // gpus}")
+        notes.append(f"{key}={value}: verl's deprecated global size; read as {per_gpu}={int(value) // gpus} "
+                     f"(divided by the job's {gpus} GPUs, as verl's workers do)")
+
+
 def translate_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
     """verl's forms of `overrides` in verl_like's keys, and one note per translation (see the module doc).
 
@@ -255,6 +333,7 @@ def translate_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]
         errors.append("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true "
                       "compares rewards after the KL term, which dynamic sampling here does not; use seq_reward")
     _gen_batch_rounds(pairs, out, notes, errors)
+    _per_gpu_micro(pairs, out, notes, errors)
     if len(errors) == 1:
         raise ConfigError(errors[0])
     if errors:

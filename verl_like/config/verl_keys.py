@@ -29,6 +29,9 @@ RENAMED = {
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes":
         "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
 }
+for _key in ("rank", "alpha", "target_modules", "exclude_modules"):  # verl's newer nested LoRA node
+    RENAMED[f"actor_rollout_ref.model.lora.{_key}"] = f"actor_rollout_ref.model.lora_{_key}" \
+        if _key in ("rank", "alpha") else f"actor_rollout_ref.model.{_key}"
 for _key in ("enable", "len", "penalty_factor"):  # DAPO's reward manager's overlong buffer
     RENAMED[f"reward_model.reward_kwargs.overlong_buffer_cfg.{_key}"] = f"reward_model.overlong_buffer.{_key}"
 for _role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
@@ -126,8 +129,9 @@ TAKEN: tuple[TakenKey, ...] = (
              "a cache of the multimodal preprocessor; verl_like's prompts are text"),
     TakenKey("actor_rollout_ref.model.fused_kernel_options.impl_backend", ("triton",),
              "use_fused_kernels runs Triton kernels", "set it to triton or remove it"),
-    TakenKey("actor_rollout_ref.model.use_shm", _FALSE, "models are read from model.path as they are",
-             "copy the model to /dev/shm yourself and set model.path there"),
+    TakenKey("actor_rollout_ref.model.use_shm", ANY, "models are read from model.path (no copy to /dev/shm is "
+             "made; the OS page cache keeps a model read once in memory); to load from shared memory, copy the "
+             "model there and set model.path"),
     # data
     TakenKey("data.filter_overlong_prompts_workers", ANY, "prompts are tokenized and filtered once in the driver"),
     TakenKey("data.custom_cls.path", _NULL, "custom dataset classes are not loaded; rows are read from "

@@ -11,7 +11,7 @@ BAD_CONFIGS = [
     # unknown keys: the full dotted key and the closest valid one
     (["data.trian_batch_size=8"], "unknown config key 'data.trian_batch_size'; did you mean 'data.train_batch_size'?"),
     (["+actor_rollout_ref.actor.ppo_micro_batch_size=4"],
-     "deprecated global micro-batch size; set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+     "deprecated global micro-batch size and actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is set too"),
     (["+actor_rollout_ref.rollout.use_kl_loss=true"],
      "unknown config key 'actor_rollout_ref.rollout.use_kl_loss'; did you mean 'actor_rollout_ref.actor.use_kl_loss'?"),
     (["+actor_rollout_ref.model.tiny_spec.hidden=64"],

@@ -112,3 +112,48 @@ def test_verl_defaults_train_and_roll_out_in_bf16_on_eight_gpus_when_cuda_is_pre
     assert verl_default_layer(["+trainer=ci_smoke", *job], cuda=True) == []  # a preset keeps its own defaults
     config = load_config([*gpu, *job], check_paths=False)
     assert config.actor_rollout_ref.actor.fsdp_config.param_dtype == "bfloat16"
+
+
+def test_deprecated_global_micro_batch_sizes_are_divided_by_the_jobs_gpus_as_verl_does():
+    out, notes = translate_overrides(["actor_rollout_ref.actor.ppo_micro_batch_size=16",
+                                      "actor_rollout_ref.rollout.log_prob_micro_batch_size=32",
+                                      "trainer.n_gpus_per_node=4", "trainer.nnodes=2"])
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2" in out
+    assert "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4" in out
+    assert any("divided by the job's 8 GPUs" in note for note in notes)
+    with pytest.raises(ConfigError, match="fewer than the job's 8 GPUs"):
+        translate_overrides(["actor_rollout_ref.actor.ppo_micro_batch_size=4", "trainer.n_gpus_per_node=8"])
+    with pytest.raises(ConfigError, match="or set trainer.n_gpus_per_node"):
+        translate_overrides(["critic.ppo_micro_batch_size=4"])
+
+
+def test_verl_nested_lora_keys_and_use_shm_are_read():
+    out, notes = translate_overrides(["actor_rollout_ref.model.lora.rank=16", "actor_rollout_ref.model.lora.alpha=32",
+                                      "actor_rollout_ref.model.use_shm=True"])
+    assert out == ["actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32"]
+    assert any(note.startswith("actor_rollout_ref.model.use_shm=True: ignored") for note in notes)
+
+
+def test_a_users_config_file_on_ppo_trainer_is_read_before_the_command_line(tmp_path):
+    """verl's multi-turn examples: --config-path=DIR --config-name=NAME with NAME.yaml = [ppo_trainer, _self_]."""
+    (tmp_path / "multiturn.yaml").write_text(
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "data:\n  max_prompt_length: 1024\n  return_raw_chat: True\n"
+        "actor_rollout_ref:\n  rollout:\n    name: vllm\n    multi_turn:\n      enable: True\n"
+        "      max_assistant_turns: 5\n      tool_config_path: \"./tools with space.yaml\"\n")
+    out, notes = translate_overrides([f"--config-path={tmp_path}", "--config-name=multiturn",
+                                      "data.max_prompt_length=512"])
+    assert out[:5] == ["data.max_prompt_length=1024", "data.return_raw_chat=true", "actor_rollout_ref.rollout.name=vllm",
+                       "actor_rollout_ref.rollout.multi_turn.enable=true",
+                       "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5"]
+    assert out[-1] == "data.max_prompt_length=512"  # the command line wins, as in Hydra
+    assert any("multiturn.yaml read as 6 overrides on ppo_trainer" in note for note in notes)
+    config = load_config([*[f"--config-path={tmp_path}", "--config-name=multiturn"],
+                          "actor_rollout_ref.rollout.multi_turn.tool_config_path=null",
+                          "data.max_prompt_length=256"], check_paths=False)
+    assert config.data.max_prompt_length == 256 and config.actor_rollout_ref.rollout.multi_turn.enable
+    (tmp_path / "other.yaml").write_text("defaults:\n  - sft_trainer\n  - _self_\n")
+    with pytest.raises(ConfigError, match="builds on \\['sft_trainer'\\]"):
+        translate_overrides([f"--config-path={tmp_path}", "--config-name=other"])
+    with pytest.raises(ConfigError, match="no missing.yaml built on it was found"):
+        translate_overrides([f"--config-path={tmp_path}", "--config-name=missing"])
