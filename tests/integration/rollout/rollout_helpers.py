@@ -38,3 +38,17 @@ def prompt_batch(tokenizer, texts: list[str]) -> DataProto:
                      position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
         non_tensors={"uid": [f"p{i}" for i in range(len(texts))]},
     )
+
+
+@torch.no_grad()
+def trainer_gap(model: torch.nn.Module, rollout: DataProto, temperature: float) -> float:
+    """Largest |trainer log-prob - rollout log-prob| over the sampled tokens of `rollout`, the trainer's side
+    computed as FSDPEngine does per micro-batch (images included: the batch's pixel_values)."""
+    from verl_like.engine.micro_batches import engine_inputs
+    from verl_like.engine.model_outputs import micro_batch_outputs
+
+    ours = micro_batch_outputs(model, "causal_lm", engine_inputs(rollout, "causal_lm", "test").batch, False,
+                               temperature)["log_probs"]
+    mask = rollout.batch["response_mask"].bool()
+    assert mask.sum() > 0
+    return float((ours - rollout.batch["rollout_log_probs"]).abs()[mask].max())

@@ -14,11 +14,8 @@ from verl_like.data.dataset import RLDataset  # noqa: E402
 from verl_like.data.preprocess import write_rows  # noqa: E402
 from verl_like.data.synthetic import generate_split  # noqa: E402
 from verl_like.data.vision import RAW_PROMPT_IDS, load_processor  # noqa: E402
-from verl_like.engine.config import EngineConfig  # noqa: E402
 from verl_like.engine.micro_batches import engine_inputs  # noqa: E402
-from verl_like.engine.model_loading import load_model  # noqa: E402
 from verl_like.engine.model_outputs import micro_batch_outputs  # noqa: E402
-from verl_like.models.tiny_vlm import build_tiny_vlm  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
 from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine  # noqa: E402
 
@@ -26,16 +23,13 @@ SAMPLED = SamplingConfig(n=4, temperature=1.0, max_tokens=6, seed=3)
 
 
 @pytest.fixture(scope="module")
-def vlm_dir(tmp_path_factory):
-    return build_tiny_vlm(tmp_path_factory.mktemp("vision") / "tiny_vlm")
+def vlm_dir(tiny_vlm_dir):
+    return tiny_vlm_dir
 
 
 @pytest.fixture(scope="module")
-def dataset(vlm_dir, tmp_path_factory):
-    path = write_rows(generate_split("count", "test", 4), tmp_path_factory.mktemp("vision_data") / "count.parquet")
-    processor = load_processor(str(vlm_dir))
-    return RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=40),
-                     processor)
+def dataset(vlm_dataset):
+    return vlm_dataset
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +40,8 @@ def engine(vlm_dir):
 
 
 @pytest.fixture(scope="module")
-def trainer_model(vlm_dir):
-    return load_model(EngineConfig(model_path=str(vlm_dir), dtype="float32")).eval()
+def trainer_model(vlm_trainer_model):
+    return vlm_trainer_model
 
 
 def test_log_probs_on_image_prompts_equal_the_trainers_and_images_are_processed_once(engine, dataset, trainer_model):

