@@ -70,3 +70,17 @@ def test_image_prompts_to_a_plain_vllm_serve_are_refused(servers, vlm_dataset, m
 
 def test_the_servers_encoder_cache_can_be_reset(servers):
     servers.clients[0].reset_encoder_cache()  # what each weight sync of a VLM ends with (transports/server.py)
+
+
+def test_an_image_prompt_through_single_turn_agent_on_the_server_matches_the_trainer(servers, vlm_dataset,
+                                                                                     vlm_trainer_model):
+    from rollout_helpers import image_agent_rollout
+
+    from verl_like.rollout.token_generate import ServerTokenGenerator
+
+    sent = servers.images_sent
+    out = image_agent_rollout(ServerTokenGenerator(servers, 128), vlm_dataset, SAMPLED)
+    assert servers.images_sent - sent == 2 * SAMPLED.n  # an agent turn is one sample: its images go with it
+    assert len(out) == 2 * SAMPLED.n and "pixel_values" in out.batch.keys()
+    gap = trainer_gap(vlm_trainer_model, out, SAMPLED.temperature)
+    assert gap <= 1e-5, gap

@@ -114,3 +114,14 @@ def test_a_prompt_with_two_images_matches_the_trainer(engine, vlm_dir, trainer_m
                                    SAMPLED.temperature)["log_probs"]
     mask = out.batch["response_mask"].bool()
     assert float((ours - out.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-5
+
+
+def test_an_image_prompt_through_single_turn_agent_on_the_engine_matches_the_trainer(engine, dataset,
+                                                                                     trainer_model):
+    from rollout_helpers import image_agent_rollout, trainer_gap
+
+    out = image_agent_rollout(engine.token_generator(64), dataset, SAMPLED)
+    assert len(out) == 2 * SAMPLED.n
+    assert torch.equal(out.batch["pixel_values"][SAMPLED.n], dataset.collate([dataset[1]]).batch["pixel_values"][0])
+    gap = trainer_gap(trainer_model, out, SAMPLED.temperature)
+    assert gap <= 1e-5, gap
