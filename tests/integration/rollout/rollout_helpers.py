@@ -54,12 +54,13 @@ def trainer_gap(model: torch.nn.Module, rollout: DataProto, temperature: float) 
     return float((ours - rollout.batch["rollout_log_probs"]).abs()[mask].max())
 
 
-def image_agent_rollout(generator, dataset, sampling: SamplingConfig) -> DataProto:
-    """The rollout of `dataset`'s first 2 image rows through single_turn_agent on `generator` (a TokenGenerator)."""
+def image_agent_rollout(generator, dataset, sampling: SamplingConfig, agent: str = "single_turn_agent") -> DataProto:
+    """The rollout of `dataset`'s first 2 image rows through the agent loop `agent` on `generator` (a
+    TokenGenerator)."""
     from verl_like.config.loader import load_config
     from verl_like.experimental.agent_loop.runner import AgentLoopRunner, agent_config_view
 
-    config = load_config(["+trainer=vlm_tiny", "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent",
+    config = load_config(["+trainer=vlm_tiny", f"actor_rollout_ref.rollout.agent.default_agent_loop={agent}",
                           "data.return_raw_chat=true", f"data.max_response_length={sampling.max_tokens}",
                           "data.max_prompt_length=40"])
     runner = AgentLoopRunner(agent_config_view(config), dataset.tokenizer)

@@ -16,6 +16,8 @@ from verl_like.data.synthetic import generate_split  # noqa: E402
 from verl_like.data.vision import RAW_PROMPT_IDS, load_processor  # noqa: E402
 from verl_like.engine.micro_batches import engine_inputs  # noqa: E402
 from verl_like.engine.model_outputs import micro_batch_outputs  # noqa: E402
+from verl_like.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register  # noqa: E402
+from verl_like.experimental.agent_loop.vision_turns import loop_image_data  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
 from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine  # noqa: E402
 
@@ -123,5 +125,51 @@ def test_an_image_prompt_through_single_turn_agent_on_the_engine_matches_the_tra
     out = image_agent_rollout(engine.token_generator(64), dataset, SAMPLED)
     assert len(out) == 2 * SAMPLED.n
     assert torch.equal(out.batch["pixel_values"][SAMPLED.n], dataset.collate([dataset[1]]).batch["pixel_values"][0])
+    gap = trainer_gap(trainer_model, out, SAMPLED.temperature)
+    assert gap <= 1e-5, gap
+
+
+@register("two_image_turns")
+class TwoImageTurns(AgentLoopBase):
+    """Two policy turns with inserted tokens between them, the sample's image sent with both."""
+
+    async def run(self, sampling_params, **kwargs):
+        prompt, images = list(kwargs["prompt_ids"]), loop_image_data(kwargs)
+        params = {**sampling_params, "max_tokens": 3}
+        first = await self.server_manager.generate(request_id="a", prompt_ids=prompt, sampling_params=params,
+                                                   image_data=images)
+        inserted = self.tokenizer.encode(" ok ", add_special_tokens=False)
+        second = await self.server_manager.generate(request_id="a", prompt_ids=prompt + first.token_ids + inserted,
+                                                    sampling_params=params, image_data=images)
+        return AgentLoopOutput(
+            prompt_ids=prompt, response_ids=first.token_ids + inserted + second.token_ids,
+            response_mask=[1] * len(first.token_ids) + [0] * len(inserted) + [1] * len(second.token_ids),
+            response_logprobs=first.log_probs + [0.0] * len(inserted) + second.log_probs, num_turns=4)
+
+
+def test_a_second_turn_after_an_image_prompt_is_exact(engine, dataset, trainer_model):
+    from rollout_helpers import image_agent_rollout, trainer_gap
+
+    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=16, seed=5)  # room for both turns
+    out = image_agent_rollout(engine.token_generator(64), dataset, sampling, agent="two_image_turns")
+    reasons = out.batch["loss_mask_reason"]
+    for row in range(len(out)):  # every sample: sampled tokens after the inserted ones (the second turn ran)
+        inserted = (reasons[row] == 2).nonzero().flatten()
+        assert len(inserted) and (reasons[row, int(inserted[-1]) + 1:] == 0).any(), reasons[row]
+    gap = trainer_gap(trainer_model, out, sampling.temperature)
+    assert gap <= 1e-5, gap
+
+
+def test_tool_agent_sends_its_templated_image_prompt_unexpanded_and_keeps_the_engines_expansion(
+        engine, vlm_dir, trainer_model, tmp_path):
+    from rollout_helpers import image_agent_rollout, trainer_gap
+
+    path = write_rows(generate_split("count", "test", 2), tmp_path / "count.parquet")
+    processor = load_processor(str(vlm_dir))
+    chats = RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=40,
+                                                                 return_raw_chat=True), processor)
+    out = image_agent_rollout(engine.token_generator(64), chats, SAMPLED, agent="tool_agent")
+    expanded = chats.collate([chats[0]]).batch["input_ids"][0]
+    assert torch.equal(out.batch["prompts"][0, -len(expanded):], expanded)  # the dataset's expansion, once
     gap = trainer_gap(trainer_model, out, SAMPLED.temperature)
     assert gap <= 1e-5, gap
