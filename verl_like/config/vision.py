@@ -19,8 +19,8 @@ def check_vision_options(config: Any) -> None:
     rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
     refusals = (
         (rollout.mode == "server" and config.async_training.partial_rollout,
-         "async_training.partial_rollout=true with rollout.mode=server: a request frozen across a weight update "
-         "would finish on vision embeddings the old tower computed; set it to false"),
+         "async_training.partial_rollout=true with rollout.mode=server: no test checks yet that an image request "
+         "frozen across a weight update gets its vision embeddings recomputed by the new weights; set it to false"),
         (rollout.name != "vllm", f"{_A}.rollout.name={rollout.name!r}: only the vLLM rollout passes images to the "
          "model; set it to vllm"),
         (config.actor_rollout_ref.model.use_remove_padding or actor.use_remove_padding,

@@ -84,3 +84,30 @@ def test_an_image_prompt_through_single_turn_agent_on_the_server_matches_the_tra
     assert len(out) == 2 * SAMPLED.n and "pixel_values" in out.batch.keys()
     gap = trainer_gap(vlm_trainer_model, out, SAMPLED.temperature)
     assert gap <= 1e-5, gap
+
+
+def test_a_repeated_image_after_a_weight_update_sees_the_new_vision_tower_on_the_server(servers, vlm_dataset,
+                                                                                        vlm_trainer_model):
+    """A sync as the trainer's (WeightSender, which ends with the encoder-cache reset for a VLM) and the same image
+    again: the server's log-probs are those of the new tower. (vLLM 0.32's pause before the update clears the
+    encoder cache too; without either, the image's cached embedding of the old tower would be reused.)"""
+    import copy
+
+    from verl_like.resharding.transports.server import ServerTransportOptions, WeightSender
+
+    prompts = vlm_dataset.collate([vlm_dataset[1]])
+    updated = copy.deepcopy(vlm_trainer_model)
+    with torch.no_grad():
+        for name, param in updated.named_parameters():
+            if "vision_model" in name:
+                param.mul_(1.5)
+    sender = WeightSender([ServerClient(servers.clients[0].address, "vlm server (weights)")],
+                          ServerTransportOptions(bucket_bytes=1 << 24, timeout_s=120, reset_encoder_cache=True))
+    try:
+        servers.generate(prompts, SAMPLED)  # the server caches this image's encoder output
+        sender.send(((n, p.detach()) for n, p in updated.named_parameters()), version=1)
+        gap = trainer_gap(updated, servers.generate(prompts, SAMPLED), SAMPLED.temperature)
+    finally:  # the session's other tests expect the tiny VLM's own weights in the server
+        sender.send(((n, p.detach()) for n, p in vlm_trainer_model.named_parameters()), version=2)
+        sender.close()
+    assert gap <= 1e-5, gap

@@ -50,7 +50,7 @@ class ServerTransportOptions:
     address: where the servers reach this trainer's rank 0. wire_dtype: the servers' weight dtype.
     weight_transfer: the link, "gloo" or "ipc" (module doc). reset_encoder_cache: drop the servers' cached vision
     embeddings after each update (a vision-language model: they are keyed by image, not by the weights of the
-    tower and connector that computed them)."""
+    tower and connector that computed them; vLLM 0.32's pause clears them as well, releases before may not)."""
 
     bucket_bytes: int
     timeout_s: float
