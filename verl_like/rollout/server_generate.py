@@ -57,15 +57,16 @@ def decode_array(text: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype=dtype)
 
 
-def sampling_params(params: dict[str, Any]) -> Any:
+def sampling_params(params: dict[str, Any], **fixed: Any) -> Any:
     """The in-process engine's SamplingParams (`token_sampling_params`) for a request's `params`
-    (`SamplingConfig.vllm_fields`), one answer when the request ends. Unknown fields raise ValueError naming them."""
+    (`SamplingConfig.vllm_fields`) plus the route's own `fixed` fields, one answer when the request ends. Unknown
+    fields raise ValueError naming them."""
     from verl_like.rollout.vllm import token_sampling_params
 
     unknown = sorted(set(params) - set(SAMPLING_FIELDS))
     if unknown:
         raise ValueError(f"unknown sampling fields {unknown}; this route takes {list(SAMPLING_FIELDS)}")
-    return token_sampling_params(params, final_only=True)
+    return token_sampling_params({**params, **fixed}, final_only=True)
 
 
 def encode_output(output: Any) -> list[dict[str, Any]]:

@@ -69,6 +69,14 @@ def parse_body(body: dict[str, Any]) -> tuple[list[int], list[Any], dict[str, An
 
 # ----- the server's route (called from server_generate.generate_route) -----
 
+def check_placeholders(prompt: Sequence[int], images: int, image_token_id: int) -> None:
+    """ValueError unless `prompt` holds exactly one placeholder per image (none expanded yet)."""
+    found = sum(token == image_token_id for token in prompt)
+    if found != images:
+        raise ValueError(f"the prompt holds {found} image placeholder(s) (id {image_token_id}) for {images} "
+                         "image(s); send one placeholder per image, unexpanded (raw_prompt_ids)")
+
+
 def allowed_token_ids(model_config: Any) -> list[int]:
     """Every token id of the served model but its image placeholder (ValueError for a text model)."""
     key = id(model_config)
@@ -87,19 +95,15 @@ async def vision_route(request: Any) -> Any:
 
     from starlette.responses import JSONResponse
 
-    from verl_like.rollout.server_generate import SAMPLING_FIELDS, encode_array, encode_output
-    from verl_like.rollout.vllm import token_sampling_params
+    from verl_like.rollout.server_generate import encode_array, encode_output, sampling_params
 
     if request.method == "GET":
         return JSONResponse({"version": VERSION})
     engine = request.app.state.engine_client
     try:
         prompt, images, params = parse_body(await request.json())
-        unknown = sorted(set(params) - set(SAMPLING_FIELDS))
-        if unknown:
-            raise ValueError(f"unknown sampling fields {unknown}; this route takes {list(SAMPLING_FIELDS)}")
-        fields = {**params, "allowed_token_ids": allowed_token_ids(engine.model_config)}
-        sampling = token_sampling_params(fields, final_only=True)
+        sampling = sampling_params(params, allowed_token_ids=allowed_token_ids(engine.model_config))
+        check_placeholders(prompt, len(images), int(engine.model_config.hf_config.image_token_id))
     except (KeyError, TypeError, ValueError, OSError) as err:
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
     inputs = {"prompt_token_ids": prompt, "multi_modal_data": {"image": images}}
@@ -107,7 +111,9 @@ async def vision_route(request: Any) -> Any:
     try:
         async for output in engine.generate(inputs, sampling, f"verl_like-mm-{uuid.uuid4().hex}"):
             final = output
-    except Exception as err:  # a placeholder/image mismatch lands here too; the client names the row
+    except ValueError as err:  # vLLM refused the inputs (an image it cannot read, too long a prompt): no retry
+        return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
+    except Exception as err:  # the engine failed: the client retries and raises naming this server
         return JSONResponse({"error": f"generation failed: {type(err).__name__}: {err}"}, status_code=500)
     if final is None:
         return JSONResponse({"error": "generation ended without an output"}, status_code=500)

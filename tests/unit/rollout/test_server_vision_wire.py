@@ -8,8 +8,8 @@ from PIL import Image
 
 from verl_like.rollout.server_client import ServerError
 from verl_like.rollout.server_generate import encode_array
-from verl_like.rollout.server_vision import (ServerImages, allowed_token_ids, decode_image, encode_image,
-                                             parse_body, refuse_plain_server, request_body)
+from verl_like.rollout.server_vision import (ServerImages, allowed_token_ids, check_placeholders, decode_image,
+                                             encode_image, parse_body, refuse_plain_server, request_body)
 
 
 def picture(seed: int = 0) -> Image.Image:
@@ -29,6 +29,12 @@ def test_a_request_body_carries_the_unexpanded_ids_one_image_each_and_the_params
     assert [np.asarray(i).tolist() for i in images] == [np.asarray(picture(s)).tolist() for s in (1, 2)]
     with pytest.raises(ValueError, match="at least one image"):
         parse_body({**body, "images": []})
+
+
+def test_the_server_takes_one_unexpanded_placeholder_per_image():
+    check_placeholders([1, 4, 2, 4], 2, image_token_id=4)
+    with pytest.raises(ValueError, match="holds 3 image placeholder.*for 1 image"):
+        check_placeholders([1, 4, 4, 4, 2], 1, image_token_id=4)  # already expanded
 
 
 def test_the_sampled_vocabulary_leaves_out_the_image_placeholder_only():
