@@ -2,7 +2,8 @@
 
 The session's `vlm_server`: log-probs equal the trainer's, each image goes once per prompt whatever n, the
 expansion the server reads back is the dataset's (what the colocated engine checks too), a wrong expansion fails
-naming the row, and a plain `vllm serve` is refused.
+naming the row, a plain `vllm serve` is refused, single_turn_agent through the server matches the trainer, and after
+a weight sync a repeated image sees the new tower.
 """
 
 import pytest
@@ -66,10 +67,6 @@ def test_image_prompts_to_a_plain_vllm_serve_are_refused(servers, vlm_dataset, m
             plain.generate(vlm_dataset.collate([vlm_dataset[0]]), SamplingConfig(max_tokens=2, do_sample=False))
     finally:
         plain.close()
-
-
-def test_the_servers_encoder_cache_can_be_reset(servers):
-    servers.clients[0].reset_encoder_cache()  # what each weight sync of a VLM ends with (transports/server.py)
 
 
 def test_an_image_prompt_through_single_turn_agent_on_the_server_matches_the_trainer(servers, vlm_dataset,
