@@ -1,5 +1,7 @@
 """Environment shared by every test: offline hubs, loopback networking, vLLM's fast CPU start."""
 
+import contextlib
+
 import pytest
 
 from verl_like.utils.device import get_device_name
@@ -44,6 +46,32 @@ def vllm_server(warmstart_model, tmp_path_factory):
     """One vLLM server for the session, started as a user starts one (`python -m verl_like.serve`) on the
     default policy: fp32, loopback, our gloo weight-transfer engine, fault hooks on. Tests that send it weights
     own it while they run (each connects and syncs its own policy first). Yields its address."""
+    # VERL_LIKE_FAULT_HOOKS: tests/integration/rollout/test_server_faults.py arms its HTTP 500 hook.
+    with running_server(warmstart_model, tmp_path_factory.mktemp("vllm_server"), ["--max-num-seqs", "128"],
+                        {"VERL_LIKE_FAULT_HOOKS": "1"}) as address:
+        yield address
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """The tiny Idefics3 (models/tiny_vlm.py), built once per session."""
+    from verl_like.models.tiny_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm") / "tiny_vlm")
+
+
+@pytest.fixture(scope="session")
+def vlm_server(tiny_vlm_dir, tmp_path_factory):
+    """A vLLM server (`python -m verl_like.serve`) on the tiny VLM for the session, fp32. Yields its address."""
+    with running_server(str(tiny_vlm_dir), tmp_path_factory.mktemp("vlm_server"),
+                        ["--max-num-seqs", "32", "--limit-mm-per-prompt", '{"image": 2}']) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def running_server(model_path: str, log_dir, extra_args: list[str], env: dict[str, str] | None = None):
+    """A `python -m verl_like.serve` process on `model_path` (fp32, max-model-len 128, seed 0) until the block
+    ends; yields its address. It dies with this test process even when that is killed."""
     import os
     import signal
     import subprocess
@@ -51,18 +79,16 @@ def vllm_server(warmstart_model, tmp_path_factory):
 
     from verl_like.resharding.gloo import free_port
     from verl_like.rollout.server_client import ServerClient
-
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm_server") / "server.log"
-    log = open(log_path, "wb")
-    command = [sys.executable, "-m", "verl_like.serve", warmstart_model, "--port", str(port),
-               "--dtype", "float32", "--max-model-len", "128", "--max-num-seqs", "128", "--seed", "0"]
     from verl_like.workers.rollout_server import die_with_parent
 
-    # Dies with this test process even when it is killed (its engine processes follow the server).
-    # VERL_LIKE_FAULT_HOOKS: tests/integration/rollout/test_server_faults.py arms its HTTP 500 hook.
+    port = free_port()
+    log_path = log_dir / "server.log"
+    log = open(log_path, "wb")
+    command = [sys.executable, "-m", "verl_like.serve", model_path, "--port", str(port),
+               "--dtype", "float32", "--max-model-len", "128", "--seed", "0", *extra_args]
+    # Its engine processes follow the server.
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                               preexec_fn=die_with_parent, env={**os.environ, "VERL_LIKE_FAULT_HOOKS": "1"})
+                               preexec_fn=die_with_parent, env={**os.environ, **(env or {})})
     address = f"http://127.0.0.1:{port}"
     client = ServerClient(address, "session server")
     try:
@@ -70,11 +96,13 @@ def vllm_server(warmstart_model, tmp_path_factory):
     except Exception as err:
         os.killpg(process.pid, signal.SIGKILL)
         raise RuntimeError(f"{err}\n{log_path.read_text()[-3000:]}") from err
-    yield address
-    client.close()
-    os.killpg(process.pid, signal.SIGTERM)
     try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-    log.close()
+        yield address
+    finally:
+        client.close()
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()

@@ -10,7 +10,6 @@ from typing import Any
 
 from verl_like.config.derived import uses_critic
 from verl_like.config.errors import ConfigError
-from verl_like.config.rollout import uses_agent_loops
 
 _A = "actor_rollout_ref"
 
@@ -19,8 +18,9 @@ def check_vision_options(config: Any) -> None:
     """Raises ConfigError for the first setting image prompts do not support yet."""
     rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
     refusals = (
-        (rollout.mode != "colocate", f"{_A}.rollout.mode={rollout.mode!r}: images reach vLLM only in the colocated "
-         "engine so far (the server route takes token ids alone); set it to colocate"),
+        (rollout.mode == "server" and config.async_training.partial_rollout,
+         "async_training.partial_rollout=true with rollout.mode=server: no test checks yet that an image request "
+         "frozen across a weight update gets its vision embeddings recomputed by the new weights; set it to false"),
         (rollout.name != "vllm", f"{_A}.rollout.name={rollout.name!r}: only the vLLM rollout passes images to the "
          "model; set it to vllm"),
         (config.actor_rollout_ref.model.use_remove_padding or actor.use_remove_padding,
@@ -32,9 +32,6 @@ def check_vision_options(config: Any) -> None:
          "rollout/image_logprob_diff_max, the trainer-vs-vLLM gap on the image prompts themselves"),
         (actor.strategy != "fsdp2", f"{_A}.actor.strategy={actor.strategy!r}: the megatron engine trains text "
          "decoders only; set it to fsdp2"),
-        (uses_agent_loops(rollout), f"{_A}.rollout.multi_turn.enable / agent.default_agent_loop / "
-         "agent.agent_loop_config_path: agent loops take token ids without images so far; use the single-turn "
-         "rollout (multi_turn.enable=false, default_agent_loop=single_turn_agent)"),
         (uses_critic(config), "a critic (critic.enable, or a value-based adv_estimator) is a text value model and "
          "would not see the "
          "images; use a critic-free estimator (grpo, rloo, ...) and critic.enable=false"),

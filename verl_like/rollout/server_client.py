@@ -60,16 +60,28 @@ class ServerError(RuntimeError):
 class Completion:
     """One sample of a completion request: its token ids and their log-probs (after sampling processors);
     `weight_versions`: the `(version, start, end)` runs of tokens each weight version sampled, where the server
-    says (our route on vLLM releases that label them), else None."""
+    says (our route on vLLM releases that label them), else None. `prompt_token_ids`: the prompt as the server
+    expanded its image placeholders (image requests only: rollout/server_vision.py), else None."""
 
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str | None
     weight_versions: list[tuple[str, int, int]] | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 def _spans(spans: Any) -> list[tuple[str, int, int]] | None:
     return [(str(v), int(start), int(end)) for v, start, end in spans] if spans else None
+
+
+def completions(answer: dict[str, Any]) -> list[Completion]:
+    """The samples of a lean route's answer (`{"samples": [...]}`, server_generate.encode_output)."""
+    return [
+        Completion(decode_array(sample["token_ids"], "<i4").tolist(),
+                   decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"],
+                   _spans(sample.get("weight_versions")))
+        for sample in answer["samples"]
+    ]
 
 
 class ServerClient:
@@ -201,12 +213,7 @@ class ServerClient:
         if self._probe_lean(min(10.0, timeout_s or self.timeout_s)):
             answer = self.request("POST", GENERATE_ROUTE, json={"prompt_token_ids": prompt_ids, "params": params},
                                   timeout_s=timeout_s, resend_stale=True)
-            return [
-                Completion(decode_array(sample["token_ids"], "<i4").tolist(),
-                           decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"],
-                           _spans(sample.get("weight_versions")))
-                for sample in answer["samples"]
-            ]
+            return completions(answer)
         # return_tokens_as_token_ids: the server writes "token_id:N" for each log-prob entry instead of decoding
         # every generated token once more (we read only token_ids and token_logprobs).
         body = {"model": self.model, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
@@ -231,6 +238,10 @@ class ServerClient:
 
     def reset_prefix_cache(self) -> None:
         self.request("POST", "/reset_prefix_cache")
+
+    def reset_encoder_cache(self) -> None:
+        """Drops the server's cached vision-encoder outputs (keyed by image, not weights; a dev-mode route)."""
+        self.request("POST", "/reset_encoder_cache")
 
     # ----- weight transfer (vLLM's native API) -----
 

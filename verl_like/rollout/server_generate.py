@@ -16,7 +16,9 @@ middleware of the server's FastAPI app, in the server's front process). It answe
 
 through the same engine client the OpenAI routes use, so `/pause`, `/resume` and the weight updates act on these
 requests as on any other. `weight_versions` (vLLM releases that label them, see vllm_compat) are the runs of
-output tokens each weight version sampled: a request frozen across an update (partial rollout) has two. Every other path passes through untouched.
+output tokens each weight version sampled: a request frozen across an update (partial rollout) has two.
+Image prompts take `POST /verl_like/generate_images` (rollout/server_vision.py). Every other path passes through
+untouched.
 
 Fault hook (tests; only in a server started with VERL_LIKE_FAULT_HOOKS=1, else 404):
 
@@ -35,6 +37,7 @@ import numpy as np
 
 ROUTE = "/verl_like/generate"
 FAULT_ROUTE = "/verl_like/fault"
+VISION_ROUTE = "/verl_like/generate_images"  # image prompts: rollout/server_vision.py
 FAULT_HOOKS_ENV = "VERL_LIKE_FAULT_HOOKS"
 VERSION = 1
 _faults = {"http_500_until": 0.0}  # this server process's armed faults (monotonic deadlines)
@@ -54,15 +57,16 @@ def decode_array(text: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype=dtype)
 
 
-def sampling_params(params: dict[str, Any]) -> Any:
+def sampling_params(params: dict[str, Any], **fixed: Any) -> Any:
     """The in-process engine's SamplingParams (`token_sampling_params`) for a request's `params`
-    (`SamplingConfig.vllm_fields`), one answer when the request ends. Unknown fields raise ValueError naming them."""
+    (`SamplingConfig.vllm_fields`) plus the route's own `fixed` fields, one answer when the request ends. Unknown
+    fields raise ValueError naming them."""
     from verl_like.rollout.vllm import token_sampling_params
 
     unknown = sorted(set(params) - set(SAMPLING_FIELDS))
     if unknown:
         raise ValueError(f"unknown sampling fields {unknown}; this route takes {list(SAMPLING_FIELDS)}")
-    return token_sampling_params(params, final_only=True)
+    return token_sampling_params({**params, **fixed}, final_only=True)
 
 
 def encode_output(output: Any) -> list[dict[str, Any]]:
@@ -86,6 +90,10 @@ async def generate_route(request: Any, call_next: Any) -> Any:
     """vLLM `--middleware`: serves ROUTE (and FAULT_ROUTE when enabled), hands every other request on."""
     if request.url.path == FAULT_ROUTE and os.environ.get(FAULT_HOOKS_ENV) == "1":
         return await fault_route(request)
+    if request.url.path == VISION_ROUTE:
+        from verl_like.rollout.server_vision import vision_route
+
+        return await vision_route(request)
     if request.url.path != ROUTE:
         return await call_next(request)
     from starlette.responses import JSONResponse

@@ -151,11 +151,13 @@ class ServerPool:
             self._in_flight[index] -= 1
 
     def complete(self, tokens: list[int], params: dict[str, Any], stats: RetryStats | None = None,
-                 sticky: dict[str, int] | None = None, session: str | None = None) -> list[Completion]:
+                 sticky: dict[str, int] | None = None, session: str | None = None,
+                 send: Callable[[ServerClient, float], list[Completion]] | None = None) -> list[Completion]:
         """The samples of one prompt (`ServerClient.complete`), retried on another server as the module doc says.
         With `sticky`, one turn of the multi-turn `session`: it goes to the server that served the session's last
         turn (whose prefix cache holds the earlier turns) while that one is up, and `sticky[session]` records the
-        server that answered."""
+        server that answered. `send(client, timeout_s)`: the request instead of `client.complete(tokens, params)`
+        (an image prompt: rollout/server_vision.py)."""
         deadline = time.monotonic() + self.request_timeout_s
         avoid: int | None = None
         prefer = sticky.get(session) if sticky is not None else None
@@ -163,7 +165,9 @@ class ServerPool:
             index = self._acquire(avoid, prefer if attempt == 0 else None)
             client = self.clients[index]
             try:
-                completions = client.complete(tokens, params, timeout_s=max(deadline - time.monotonic(), 1.0))
+                timeout_s = max(deadline - time.monotonic(), 1.0)
+                completions = (send(client, timeout_s) if send is not None
+                               else client.complete(tokens, params, timeout_s=timeout_s))
                 if sticky is not None:
                     sticky[session] = index
                 return completions

@@ -17,11 +17,13 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from verl_like.data.vision import MULTI_MODAL_DATA
 from verl_like.protocol import DataProto
 from verl_like.rollout.base import SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
 from verl_like.rollout.server_client import Completion, ServerClient, ServerError
 from verl_like.rollout.server_pool import RetryStats, ServerPool
+from verl_like.rollout.server_vision import ServerImages, request_body
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +52,17 @@ class ServerRollout:
         self.pad_token_id = pad_token_id
         self.watchdog_slack_s = watchdog_slack_s
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="rollout-http")
+        self.images = ServerImages()  # image prompts (rollout/server_vision.py)
 
-    def _complete(self, request: _Request, tokens: list[int], params: dict[str, Any], stats: RetryStats
-                  ) -> list[Completion]:
+    @property
+    def images_sent(self) -> int:
+        """Images sent to the servers: one per image of a prompt, whatever its n."""
+        return self.images.images_sent
+
+    def _complete(self, request: _Request, tokens: list[int], params: dict[str, Any], stats: RetryStats,
+                  send: Any = None) -> list[Completion]:
         request.started = time.monotonic()
-        return self.servers.complete(tokens, params, stats)
+        return self.servers.complete(tokens, params, stats, send=send)
 
     def _wait(self, futures: list[Future], requests: list[_Request]) -> list[list[Completion]]:
         """The requests' results in order; raises the first failure, or ServerError for a request past its
@@ -80,11 +88,17 @@ class ServerRollout:
             raise
 
     def complete_on(self, tokens: list[int], params: dict[str, Any], sticky: dict[str, int],
-                    session: str) -> list[Completion]:
+                    session: str, images: list[Any] | None = None) -> list[Completion]:
         """`complete` for one turn of a multi-turn session: a session's turns go to the server its first turn took
         (whose prefix cache holds the earlier turns) while it is up, the first to the least loaded one; failures are
-        retried as every request is (ServerPool)."""
-        return self.servers.complete(tokens, params, RetryStats(), sticky=sticky, session=session)
+        retried as every request is (ServerPool). `images` (PIL): the turn's images, one placeholder each in
+        `tokens` (the expansion is read back by the agent loop: experimental/agent_loop/vision_turns.py)."""
+        send = None
+        if images:
+            def send(client: ServerClient, timeout_s: float) -> list[Completion]:
+                return self.images.send(client, request_body(tokens, images, params), None, f"session {session}",
+                                        timeout_s)
+        return self.servers.complete(tokens, params, RetryStats(), sticky=sticky, session=session, send=send)
 
     def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
         """Returns the rollout batch for `prompts` (layout in `RolloutEngine`)."""
@@ -93,9 +107,11 @@ class ServerRollout:
         self.servers.check_health(force=True)  # a server marked down in an earlier call may be back
         stats = RetryStats()
         requests = [_Request() for _ in token_lists]
+        sends = ([None] * len(token_lists) if MULTI_MODAL_DATA not in prompts.non_tensor_batch
+                 else self.images.senders(prompts, token_lists, sampling.vllm_fields))
         futures = [
-            self._pool.submit(self._complete, request, tokens, sampling.vllm_fields(index), stats)
-            for index, (request, tokens) in enumerate(zip(requests, token_lists))
+            self._pool.submit(self._complete, request, tokens, sampling.vllm_fields(index), stats, send)
+            for index, (request, tokens, send) in enumerate(zip(requests, token_lists, sends))
         ]
         samples = self._wait(futures, requests)
         seconds = time.perf_counter() - start

@@ -10,6 +10,8 @@ Implementations:
 - `ServerTokenGenerator`: vLLM servers (ours, through the lean route, or plain `vllm serve` through
   `/v1/completions` with token ids), via `ServerRollout`'s clients in a thread pool; one trajectory's turns stay
   on one server (its prefix cache holds the earlier turns).
+The vLLM generators take `image_data` (PIL images, one placeholder each in `prompt_ids`) on a vision-language
+model and report the expanded prompt (`TokenOutput.prompt_ids`; experimental/agent_loop/vision_turns.py).
 - `HFTokenGenerator`: HF `generate`, the reference (one request at a time).
 
 `sampling_params` is verl's dict (temperature, top_p, top_k, repetition_penalty, logprobs, max_tokens, seed, ...);
@@ -39,7 +41,8 @@ class TokenOutput:
     """One generated turn: `token_ids`, their rollout `log_probs`, and vLLM's `finish_reason` ("stop", "length",
     "abort"). `stop_reason` / `num_preempted` / `routed_experts` are verl's fields of the same object.
     `weight_versions`: `(version, start, end)` per run of tokens one weight version sampled, where the engine
-    labels them (servers on vLLM 0.32; a turn frozen across a weight update has two runs), else None."""
+    labels them (servers on vLLM 0.32; a turn frozen across a weight update has two runs), else None.
+    `prompt_ids`: the prompt as the engine expanded its image placeholders (turns with images), else None."""
 
     token_ids: list[int]
     log_probs: list[float]
@@ -47,6 +50,7 @@ class TokenOutput:
     num_preempted: int | None = None
     routed_experts: Any = None
     weight_versions: list[tuple[str, int, int]] | None = None
+    prompt_ids: list[int] | None = None
 
     @property
     def stop_reason(self) -> str | None:
@@ -103,8 +107,10 @@ class VLLMTokenGenerator(TokenGenerator):
     """The in-process engine of `llm` (a `vllm.LLM`) driven request by request from one event loop.
     `lora_request`: returns the adapter every request carries (a LoRA run's current version), or None."""
 
-    def __init__(self, llm: Any, max_model_len: int, lora_request: Callable[[], Any] | None = None) -> None:
+    def __init__(self, llm: Any, max_model_len: int, lora_request: Callable[[], Any] | None = None,
+                 vision: Any = None) -> None:
         self.llm = llm
+        self.vision = vision  # a vision-language engine's VisionEngineInfo (rollout/vllm_vision.py), else None
         self.engine = llm.llm_engine
         self.max_model_len = max_model_len
         self.lora_request = lora_request
@@ -119,14 +125,21 @@ class VLLMTokenGenerator(TokenGenerator):
         from verl_like.rollout import vllm_compat
         from verl_like.rollout.vllm import token_sampling_params
 
-        _check_text_only(image_data, video_data)
-        params = token_sampling_params(request_params(sampling_params, len(prompt_ids), self.max_model_len),
-                                       final_only=True)
+        _check_text_only(image_data if self.vision is None else None, video_data)
+        fields = request_params(sampling_params, len(prompt_ids), self.max_model_len)
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        if self.vision is not None:  # the placeholder is never sampled; images with one placeholder each
+            from verl_like.rollout.vllm_vision import sampling_fields
+
+            fields = sampling_fields(fields, self.vision)
+            if image_data:
+                prompt = TokensPrompt(prompt_token_ids=list(prompt_ids), multi_modal_data={"image": list(image_data)})
+        params = token_sampling_params(fields, final_only=True)
         self._counter += 1
         rid = f"{request_id}-{self._counter}"
         future = asyncio.get_running_loop().create_future()
-        internal = vllm_compat.add_engine_request(self.engine, rid, TokensPrompt(prompt_token_ids=list(prompt_ids)),
-                                                  params, self.lora_request() if self.lora_request else None)
+        internal = vllm_compat.add_engine_request(self.engine, rid, prompt, params,
+                                                  self.lora_request() if self.lora_request else None)
         self._pending[rid] = future
         if internal != rid:
             self._pending[internal] = future
@@ -158,8 +171,10 @@ class VLLMTokenGenerator(TokenGenerator):
                     sample = output.outputs[0]
                     tokens = list(sample.token_ids)
                     if not future.done():
+                        expanded = list(output.prompt_token_ids) if self.vision is not None else None
                         future.set_result(TokenOutput(tokens, vllm_compat.sampled_logprobs(tokens, sample.logprobs),
-                                                      sample.finish_reason, getattr(output, "num_preempted", None)))
+                                                      sample.finish_reason, getattr(output, "num_preempted", None),
+                                                      prompt_ids=expanded))
                 await asyncio.sleep(0)  # let tool calls and new requests in between engine steps
         except BaseException as err:  # an engine failure fails every waiting request, not only one
             for future in set(self._pending.values()):
@@ -181,14 +196,15 @@ class ServerTokenGenerator(TokenGenerator):
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, video_data: Any = None) -> TokenOutput:
-        _check_text_only(image_data, video_data)
+        _check_text_only(None, video_data)
         fields = request_params(sampling_params, len(prompt_ids), self.max_model_len)
         loop = asyncio.get_running_loop()
         completions = await loop.run_in_executor(
-            self._pool, self.servers.complete_on, list(prompt_ids), fields, self._sticky, request_id)
+            self._pool, self.servers.complete_on, list(prompt_ids), fields, self._sticky, request_id,
+            list(image_data) if image_data else None)
         sample = completions[0]
         return TokenOutput(list(sample.token_ids), list(sample.log_probs), sample.finish_reason,
-                           weight_versions=sample.weight_versions)
+                           weight_versions=sample.weight_versions, prompt_ids=sample.prompt_token_ids)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -333,7 +333,7 @@ class VLLMRolloutEngine(RolloutEngine):
         """Agent loops' generate on this engine: requests stream into vLLM as they arrive (token_generate.py)."""
         from verl_like.rollout.token_generate import VLLMTokenGenerator
 
-        return VLLMTokenGenerator(self.llm, max_model_len, self._lora_request)
+        return VLLMTokenGenerator(self.llm, max_model_len, self._lora_request, self._vision)
 
     @property
     def weight_dtype(self) -> torch.dtype:

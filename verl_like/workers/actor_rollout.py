@@ -260,6 +260,7 @@ class ActorRolloutWorker(Worker):
             bucket_bytes=config.bucket_bytes, timeout_s=config.server.request_timeout_s,
             pause_mode=pause_mode or config.server.pause_mode, address=node_ip_address(), wire_dtype=wire_dtype,
             weight_transfer=weight_transfer,
+            reset_encoder_cache=getattr(self.hf_config(), "vision_config", None) is not None,  # a VLM
         )
         if self.transport is not None:  # linking again (a restarted server): the old group goes first
             self.transport.close()

@@ -36,3 +36,27 @@ def prompt_batch(tiny_tokenizer):
         ),
         non_tensors={"uid": [f"p{i}" for i in range(len(PROMPT_TEXTS))]},
     )
+
+
+@pytest.fixture(scope="session")
+def vlm_dataset(tiny_vlm_dir, tmp_path_factory):
+    """4 rows of the synthetic counting task (one picture each) on the tiny VLM's processor."""
+    from verl_like.config.data import DataConfig
+    from verl_like.data.dataset import RLDataset
+    from verl_like.data.preprocess import write_rows
+    from verl_like.data.synthetic import generate_split
+    from verl_like.data.vision import load_processor
+
+    path = write_rows(generate_split("count", "test", 4), tmp_path_factory.mktemp("vision_data") / "count.parquet")
+    processor = load_processor(str(tiny_vlm_dir))
+    return RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=40),
+                     processor)
+
+
+@pytest.fixture(scope="session")
+def vlm_trainer_model(tiny_vlm_dir):
+    """The trainer's model of the tiny VLM (the engine's own loader), fp32, eval mode."""
+    from verl_like.engine.config import EngineConfig
+    from verl_like.engine.model_loading import load_model
+
+    return load_model(EngineConfig(model_path=str(tiny_vlm_dir), dtype="float32")).eval()

@@ -14,11 +14,10 @@ from verl_like.data.dataset import RLDataset  # noqa: E402
 from verl_like.data.preprocess import write_rows  # noqa: E402
 from verl_like.data.synthetic import generate_split  # noqa: E402
 from verl_like.data.vision import RAW_PROMPT_IDS, load_processor  # noqa: E402
-from verl_like.engine.config import EngineConfig  # noqa: E402
 from verl_like.engine.micro_batches import engine_inputs  # noqa: E402
-from verl_like.engine.model_loading import load_model  # noqa: E402
 from verl_like.engine.model_outputs import micro_batch_outputs  # noqa: E402
-from verl_like.models.tiny_vlm import build_tiny_vlm  # noqa: E402
+from verl_like.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register  # noqa: E402
+from verl_like.experimental.agent_loop.vision_turns import loop_image_data  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
 from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine  # noqa: E402
 
@@ -26,16 +25,13 @@ SAMPLED = SamplingConfig(n=4, temperature=1.0, max_tokens=6, seed=3)
 
 
 @pytest.fixture(scope="module")
-def vlm_dir(tmp_path_factory):
-    return build_tiny_vlm(tmp_path_factory.mktemp("vision") / "tiny_vlm")
+def vlm_dir(tiny_vlm_dir):
+    return tiny_vlm_dir
 
 
 @pytest.fixture(scope="module")
-def dataset(vlm_dir, tmp_path_factory):
-    path = write_rows(generate_split("count", "test", 4), tmp_path_factory.mktemp("vision_data") / "count.parquet")
-    processor = load_processor(str(vlm_dir))
-    return RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=40),
-                     processor)
+def dataset(vlm_dataset):
+    return vlm_dataset
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +42,8 @@ def engine(vlm_dir):
 
 
 @pytest.fixture(scope="module")
-def trainer_model(vlm_dir):
-    return load_model(EngineConfig(model_path=str(vlm_dir), dtype="float32")).eval()
+def trainer_model(vlm_trainer_model):
+    return vlm_trainer_model
 
 
 def test_log_probs_on_image_prompts_equal_the_trainers_and_images_are_processed_once(engine, dataset, trainer_model):
@@ -120,3 +116,60 @@ def test_a_prompt_with_two_images_matches_the_trainer(engine, vlm_dir, trainer_m
                                    SAMPLED.temperature)["log_probs"]
     mask = out.batch["response_mask"].bool()
     assert float((ours - out.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-5
+
+
+def test_an_image_prompt_through_single_turn_agent_on_the_engine_matches_the_trainer(engine, dataset,
+                                                                                     trainer_model):
+    from rollout_helpers import image_agent_rollout, trainer_gap
+
+    out = image_agent_rollout(engine.token_generator(64), dataset, SAMPLED)
+    assert len(out) == 2 * SAMPLED.n
+    assert torch.equal(out.batch["pixel_values"][SAMPLED.n], dataset.collate([dataset[1]]).batch["pixel_values"][0])
+    gap = trainer_gap(trainer_model, out, SAMPLED.temperature)
+    assert gap <= 1e-5, gap
+
+
+@register("two_image_turns")
+class TwoImageTurns(AgentLoopBase):
+    """Two policy turns with inserted tokens between them, the sample's image sent with both."""
+
+    async def run(self, sampling_params, **kwargs):
+        prompt, images = list(kwargs["prompt_ids"]), loop_image_data(kwargs)
+        params = {**sampling_params, "max_tokens": 3}
+        first = await self.server_manager.generate(request_id="a", prompt_ids=prompt, sampling_params=params,
+                                                   image_data=images)
+        inserted = self.tokenizer.encode(" ok ", add_special_tokens=False)
+        second = await self.server_manager.generate(request_id="a", prompt_ids=prompt + first.token_ids + inserted,
+                                                    sampling_params=params, image_data=images)
+        return AgentLoopOutput(
+            prompt_ids=prompt, response_ids=first.token_ids + inserted + second.token_ids,
+            response_mask=[1] * len(first.token_ids) + [0] * len(inserted) + [1] * len(second.token_ids),
+            response_logprobs=first.log_probs + [0.0] * len(inserted) + second.log_probs, num_turns=4)
+
+
+def test_a_second_turn_after_an_image_prompt_is_exact(engine, dataset, trainer_model):
+    from rollout_helpers import image_agent_rollout, trainer_gap
+
+    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=16, seed=5)  # room for both turns
+    out = image_agent_rollout(engine.token_generator(64), dataset, sampling, agent="two_image_turns")
+    reasons = out.batch["loss_mask_reason"]
+    for row in range(len(out)):  # every sample: sampled tokens after the inserted ones (the second turn ran)
+        inserted = (reasons[row] == 2).nonzero().flatten()
+        assert len(inserted) and (reasons[row, int(inserted[-1]) + 1:] == 0).any(), reasons[row]
+    gap = trainer_gap(trainer_model, out, sampling.temperature)
+    assert gap <= 1e-5, gap
+
+
+def test_tool_agent_sends_its_templated_image_prompt_unexpanded_and_keeps_the_engines_expansion(
+        engine, vlm_dir, trainer_model, tmp_path):
+    from rollout_helpers import image_agent_rollout, trainer_gap
+
+    path = write_rows(generate_split("count", "test", 2), tmp_path / "count.parquet")
+    processor = load_processor(str(vlm_dir))
+    chats = RLDataset([str(path)], processor.tokenizer, DataConfig(train_files=str(path), max_prompt_length=40,
+                                                                 return_raw_chat=True), processor)
+    out = image_agent_rollout(engine.token_generator(64), chats, SAMPLED, agent="tool_agent")
+    expanded = chats.collate([chats[0]]).batch["input_ids"][0]
+    assert torch.equal(out.batch["prompts"][0, -len(expanded):], expanded)  # the dataset's expansion, once
+    gap = trainer_gap(trainer_model, out, SAMPLED.temperature)
+    assert gap <= 1e-5, gap

@@ -3,7 +3,8 @@
 Shortened to 2 steps on 48 pictures with the untrained tiny VLM (the preset's own warm start and 30 steps are
 measured in docs/vision.md): the whole image path runs, the frozen tower trains on FSDP2, the reference sees the
 actor's inputs (KL 0 before the first update), the frozen tower reaches vLLM with the first sync only, and the trainer's log-probs equal vLLM's on the image prompts every
-step. A bad image row fails before Ray starts, naming the row.
+step. The same job with its rollout in a vLLM server (the session's `vlm_server`) matches the trainer too. A bad
+image row fails before Ray starts, naming the row.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from test_main_ppo import _main_ppo, _run
 
 from verl_like.data.preprocess import write_rows
 from verl_like.data.synthetic import generate_split
-from verl_like.models.tiny_vlm import build_tiny_vlm
 from verl_like.utils.tracking import read_metrics
 
 pytest.importorskip("vllm")
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict[str, str]:
+def files(tmp_path_factory, tiny_vlm_dir) -> dict[str, str]:
     root = tmp_path_factory.mktemp("vlm_run")
     return {
-        "model": str(build_tiny_vlm(root / "tiny_vlm")),
+        "model": str(tiny_vlm_dir),  # the session's (the vlm_server serves it too)
         "train": str(write_rows(generate_split("count", "train", 48), root / "train.parquet")),
         "val": str(write_rows(generate_split("count", "test", 16), root / "val.parquet")),
         "root": str(root),
@@ -73,6 +73,18 @@ def test_vlm_preset_runs_on_image_files_with_the_trainers_log_probs_equal_to_vll
     assert type(AutoModelForImageTextToText.from_pretrained(tmp_path / "hf")).__name__ == (
         "Idefics3ForConditionalGeneration")
     assert AutoProcessor.from_pretrained(tmp_path / "hf").image_processor.do_image_splitting is False
+
+
+def test_vlm_preset_in_server_mode_has_the_trainers_log_probs_equal_to_the_servers(files, verl_like_cache,
+                                                                                     vlm_server, tmp_path):
+    job = [o for o in short_job(files, tmp_path / "run")
+           if not o.startswith(("trainer.save_freq", "trainer.test_freq"))]
+    _run([*job, "actor_rollout_ref.rollout.mode=server", f"actor_rollout_ref.rollout.server.address=[{vlm_server}]",
+          "trainer.save_freq=-1", "trainer.test_freq=-1"], Path(verl_like_cache))
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    steps = [r for r in records if r["step"] > 0 and "rollout/logprob_diff_max" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["rollout/image_logprob_diff_max"] < 1e-4 for r in steps), steps
 
 
 def test_a_missing_image_is_refused_before_ray_naming_the_row(files, verl_like_cache, tmp_path):

@@ -5,12 +5,13 @@ import pytest
 from verl_like.config import ConfigError, load_config
 
 REFUSED = [
-    ("actor_rollout_ref.rollout.mode=server", "actor_rollout_ref.rollout.mode='server'"),
+    ("actor_rollout_ref.rollout.mode=server async_training.enable=true async_training.staleness=1 "
+     "async_training.partial_rollout=true",
+     "async_training.partial_rollout=true with rollout.mode=server"),
     ("actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.model.use_remove_padding=true"),
     ("actor_rollout_ref.rollout.weight_sync_mode=sliced", "actor_rollout_ref.rollout.weight_sync_mode='sliced'"),
     ("actor_rollout_ref.rollout.sync_check=true", "actor_rollout_ref.rollout.sync_check=true"),
     ("algorithm.adv_estimator=gae", "a critic"),
-    ("actor_rollout_ref.rollout.multi_turn.enable=true", "agent loops take token ids without images"),
 ]
 
 
@@ -23,8 +24,18 @@ def test_the_vlm_tiny_preset_validates():
 @pytest.mark.parametrize("override, named", REFUSED, ids=[o.split("=")[0].rsplit(".", 1)[-1] for o, _ in REFUSED])
 def test_image_prompts_refuse_what_they_do_not_support_naming_the_key(override, named):
     with pytest.raises(ConfigError, match="image prompts") as err:
-        load_config(["+trainer=vlm_tiny", override])
+        load_config(["+trainer=vlm_tiny", *override.split()])
     assert named in str(err.value)
+
+
+@pytest.mark.parametrize("overrides", [["actor_rollout_ref.rollout.mode=server"],
+                                       ["actor_rollout_ref.rollout.multi_turn.enable=true",
+                                        "data.return_raw_chat=true"],
+                                       ["actor_rollout_ref.rollout.mode=server",
+                                        "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"]],
+                         ids=["server", "multi_turn", "server_agent_loop"])
+def test_image_prompts_take_servers_and_agent_loops(overrides):
+    load_config(["+trainer=vlm_tiny", *overrides])
 
 
 def test_freeze_vision_tower_is_refused_with_megatron():

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from verl_like.experimental.agent_loop import agent_loop as api
+from verl_like.experimental.agent_loop.vision_turns import ImageTurns, loop_image_data
 from verl_like.protocol import DataProto
 from verl_like.rollout.base import SamplingConfig
 from verl_like.rollout.batch import prompt_token_lists
@@ -34,8 +35,9 @@ class _SampleSession:
     """The `server_manager` of one sample (see the module doc)."""
 
     def __init__(self, generator: TokenGenerator, session_id: str, seed: int | None, response_length: int,
-                 defaults: dict[str, Any]) -> None:
+                 defaults: dict[str, Any], images: ImageTurns | None = None) -> None:
         self.generator = generator
+        self.images = images  # an image sample's turns (vision_turns.py)
         self.session_id = session_id
         self.seed = seed
         self.response_length = response_length
@@ -57,12 +59,31 @@ class _SampleSession:
         if self.seed is not None:
             params["seed"] = self.seed + len(self.versions) * _TURN_SEED_STRIDE
         before = int(getattr(self.generator, "version", 0))
-        out = await self.generator.generate(self.session_id, prompt_ids=prompt_ids, sampling_params=params,
-                                            image_data=image_data, video_data=video_data)
+        if image_data:
+            out = await self._image_turn(prompt_ids, params, list(image_data), video_data)
+        else:
+            out = await self.generator.generate(self.session_id, prompt_ids=prompt_ids, sampling_params=params,
+                                                image_data=image_data, video_data=video_data)
         after = int(getattr(self.generator, "version", 0))
         version, across = turn_version(out.weight_versions, before, after)
         self.versions.append(version)
         self.turns_across_update += int(across)
+        return out
+
+
+    async def _image_turn(self, prompt_ids: list[int], params: dict[str, Any], images: list[Any],
+                          video_data: Any) -> TokenOutput:
+        """One turn with images: sent with one placeholder per image, the engine's expansion checked (a prompt
+        sent unexpanded: its expansion learnt, and the response budget counted from it)."""
+        if self.images is None:
+            raise ValueError(f"sample {self.session_id}: image_data given but the sample has no images in the "
+                             "dataset (rows' multi_modal_data), which the trainer's pixel_values come from")
+        sent, new = self.images.engine_ids(prompt_ids, images)
+        out = await self.generator.generate(self.session_id, prompt_ids=sent, sampling_params=params,
+                                            image_data=images, video_data=video_data)
+        self.images.check(prompt_ids, sent, out.prompt_ids, new)
+        if new and len(self.versions) == 0:
+            self.first_prompt_len = len(out.prompt_ids)
         return out
 
 
@@ -131,6 +152,12 @@ class AgentLoopRunner:
         self.prompt_length = int(rollout.prompt_length)
         self.response_length = int(rollout.response_length)
 
+    def _image_token_id(self, row: dict[str, Any]) -> int | None:
+        """The image placeholder's id for a row with images (the processor's, else Idefics3's `<image>`)."""
+        if loop_image_data(row) is None:
+            return None
+        return int(self.tokenizer.convert_tokens_to_ids(getattr(self.processor, "image_token", "<image>")))
+
     async def _run_one(self, name: str, session: _SampleSession, sampling_params: dict[str, Any],
                        kwargs: dict[str, Any]) -> Trajectory:
         cls, extra = api.agent_loop_class(name)
@@ -161,7 +188,9 @@ class AgentLoopRunner:
             name = str(names[i]) if names is not None and names[i] else self.default_agent
             for j in range(sampling.n):
                 seed = None if sampling.seed is None else sampling.seed + i * sampling.n + j
-                session = _SampleSession(generator, f"{id(prompts)}-{i}-{j}", seed, self.response_length, defaults)
+                sample = f"{id(prompts)}-{i}-{j}"
+                images = ImageTurns.of_row(row, self._image_token_id(row), f"rollout row {i} sample {j}")
+                session = _SampleSession(generator, sample, seed, self.response_length, defaults, images)
                 tasks.append(asyncio.ensure_future(self._run_one(name, session, base, dict(row))))
                 kinds.append((name, tokens))
         results = await asyncio.gather(*tasks, return_exceptions=True)

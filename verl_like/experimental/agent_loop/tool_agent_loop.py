@@ -21,6 +21,7 @@ from uuid import uuid4
 from verl_like.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl_like.experimental.agent_loop.chat_turns import TurnTemplate
 from verl_like.experimental.agent_loop.tool_parser import ToolParser
+from verl_like.experimental.agent_loop.vision_turns import loop_image_data
 from verl_like.rollout.trajectory import LossMaskReason, Trajectory
 from verl_like.tools.base_tool import BaseTool
 from verl_like.tools.registry import load_tools
@@ -71,6 +72,7 @@ class ToolAgentLoop(AgentLoopBase):
         tools_kwargs = kwargs.get("tools_kwargs") or extra_info.get("tools_kwargs") or {}
         prompt_ids = await self.apply_chat_template(messages, tools=self.tool_schemas)
         ledger = Trajectory(list(prompt_ids), num_turns=len(messages))
+        images = loop_image_data(kwargs)  # sent with every turn (vision_turns.py)
         instances: dict[str, str] = {}
         latencies: list[float] = []
         request_id = uuid4().hex
@@ -81,8 +83,10 @@ class ToolAgentLoop(AgentLoopBase):
                 start = time.perf_counter()
                 out = await self.server_manager.generate(
                     request_id=request_id, prompt_ids=ledger.prompt_ids + ledger.response_ids,
-                    sampling_params=sampling_params)
+                    sampling_params=sampling_params, image_data=images)
                 generate_s += time.perf_counter() - start
+                if out.prompt_ids is not None and not ledger.response_ids:
+                    ledger.prompt_ids = list(out.prompt_ids)  # the template's placeholders, as the engine expanded them
                 ledger.add_sampled(out.token_ids, out.log_probs or [0.0] * len(out.token_ids))
                 assistant_turns += 1
                 ledger.num_turns += 1

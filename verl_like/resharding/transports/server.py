@@ -48,7 +48,9 @@ class ServerTransportOptions:
     """bucket_bytes: most bytes per broadcast. timeout_s: bound of every HTTP call and collective wait.
     pause_mode: what in-flight requests do during the update ("abort" ends them, "keep" freezes them).
     address: where the servers reach this trainer's rank 0. wire_dtype: the servers' weight dtype.
-    weight_transfer: the link, "gloo" or "ipc" (module doc)."""
+    weight_transfer: the link, "gloo" or "ipc" (module doc). reset_encoder_cache: drop the servers' cached vision
+    embeddings after each update (a vision-language model: they are keyed by image, not by the weights of the
+    tower and connector that computed them; vLLM 0.32's pause clears them as well, releases before may not)."""
 
     bucket_bytes: int
     timeout_s: float
@@ -56,6 +58,7 @@ class ServerTransportOptions:
     address: str = "127.0.0.1"
     wire_dtype: torch.dtype = torch.float32
     weight_transfer: str = "gloo"
+    reset_encoder_cache: bool = False
 
 
 def _buckets(named: Iterable[tuple[str, torch.Tensor]], limit: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
@@ -228,6 +231,8 @@ class WeightSender:
                 buckets += 1
             self._on_every_server(ServerClient.finish_weight_update, {"weight_version": str(version)})
             self.link.finish_round()
+            if opts.reset_encoder_cache:  # before resume: no request may meet an embedding of the old weights
+                self._on_every_server(ServerClient.reset_encoder_cache)
         except BaseException:
             # A broken round leaves the servers' side unknown: connect again next time.
             self.connected = False
