@@ -24,7 +24,6 @@ import argparse
 import collections
 import json
 import logging
-import os
 import shutil
 import stat
 import subprocess
@@ -117,12 +116,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="one JSON record per script")
     parser.add_argument("--show", choices=("refused", "error", "all", "none"), default="refused")
     args = parser.parse_args(argv)
-    os.environ.setdefault("VERL_LIKE_LOG_LEVEL", "ERROR")
-    logging.getLogger("verl_like").setLevel(logging.ERROR)  # the per-command notes are in the records
+    quiet = logging.getLogger("verl_like")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the per-command notes are in the records
+    try:
+        records = _sweep(args.verl_root)
+    finally:
+        quiet.setLevel(level)
+    _report(records, args.show)
+    if args.out:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _sweep(verl_root: Path) -> list[dict]:
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "verl"
-        shutil.copytree(args.verl_root, root, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+        shutil.copytree(verl_root, root, ignore=shutil.ignore_patterns(".git"), symlinks=True)
         for script in scripts(root):
             rel = str(script.relative_to(root))
             ppo = main_ppo_args(capture(script, root, Path(tmp)))
@@ -131,9 +141,13 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             kind, reason, notes = classify(ppo)
             records.append({"script": rel, "class": kind, "reason": reason, "notes": notes, "args": ppo})
+    return records
+
+
+def _report(records: list[dict], show: str) -> None:
     counts = collections.Counter(r["class"] for r in records)
     for record in records:
-        if args.show == "all" or record["class"] == args.show:
+        if show == "all" or record["class"] == show:
             print(f"{record['class']:>12}  {record['script']}: {record['reason'][:240]}")
     problems = collections.Counter(_problem_key(p) for r in records if r["class"] == "refused" for p in r["notes"])
     problems.update(r["reason"][:120] for r in records if r["class"] == "error")
@@ -141,8 +155,6 @@ def main(argv: list[str] | None = None) -> None:
     for key, count in problems.most_common(25):
         print(f"  {count:3d}  {key}")
     print("\n" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f" (of {len(records)} scripts)")
-    if args.out:
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 if __name__ == "__main__":
