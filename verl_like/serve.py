@@ -33,6 +33,7 @@ from verl_like.utils.env import default_env
 
 EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
 GENERATE_MIDDLEWARE = "verl_like.rollout.server_generate.generate_route"  # POST /verl_like/generate
+ADAPTER_MIDDLEWARE = "verl_like.rollout.server_lora.adapter_route"  # /verl_like/adapter (LoRA, with --enable-lora)
 GLOO_BACKEND = "verl_like_gloo"
 BACKENDS = {"gloo": GLOO_BACKEND, "ipc": "ipc"}  # rollout.server.weight_transfer -> vLLM's engine name
 SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
@@ -62,6 +63,7 @@ def server_command(
         "--weight-transfer-config", json.dumps({"backend": backend}),
         "--worker-extension-cls", EXTENSION,
         "--middleware", GENERATE_MIDDLEWARE,
+        "--middleware", ADAPTER_MIDDLEWARE,
         "--logprobs-mode", "processed_logprobs",
         "--max-logprobs", "-1",
         "--disable-uvicorn-access-log",

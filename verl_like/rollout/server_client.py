@@ -85,6 +85,9 @@ class ServerClient:
         self._clients_lock = threading.Lock()
         self._model: str | None = None
         self._lean: bool | None = None
+        # The LoRA adapter every generation request names (rollout/server_lora.py; None: base weights), set by the
+        # driver from the server's GET /verl_like/adapter after each weight sync.
+        self.lora_name: str | None = None
 
     def __repr__(self) -> str:
         return f"{self.name} ({self.address})"
@@ -199,8 +202,10 @@ class ServerClient:
         """The `params["n"]` samples of one prompt, in sample order (token ids in, token ids out); `timeout_s`
         (default: the client's) bounds each read of the answer."""
         if self._probe_lean(min(10.0, timeout_s or self.timeout_s)):
-            answer = self.request("POST", GENERATE_ROUTE, json={"prompt_token_ids": prompt_ids, "params": params},
-                                  timeout_s=timeout_s, resend_stale=True)
+            body = {"prompt_token_ids": prompt_ids, "params": params}
+            if self.lora_name is not None:
+                body["lora_name"] = self.lora_name
+            answer = self.request("POST", GENERATE_ROUTE, json=body, timeout_s=timeout_s, resend_stale=True)
             return [
                 Completion(decode_array(sample["token_ids"], "<i4").tolist(),
                            decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"],

@@ -109,6 +109,14 @@ class ServerRollout:
                            stats.causes)
         return build_rollout_batch(prompts, responses, log_probs, sampling, self.pad_token_id, metrics)
 
+    def refresh_adapters(self) -> None:
+        """Each client names the LoRA adapter its server serves now (rollout/server_lora.py; None on a server
+        without LoRA): every generation request carries it. After each weight sync, before each rollout."""
+        from verl_like.rollout.server_lora import adapter_status
+
+        for client in self.clients:
+            client.lora_name = adapter_status(client).get("active")
+
     def close(self) -> None:
         self.servers.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

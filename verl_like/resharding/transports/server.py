@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -246,8 +246,12 @@ class WeightSender:
 class ServerTransport(WeightTransport):
     """Every trainer rank gathers full tensors from its FSDP shards together; rank 0 sends them to the servers."""
 
-    def __init__(self, engine: TrainEngine, addresses: list[str], options: ServerTransportOptions) -> None:
+    def __init__(self, engine: TrainEngine, addresses: list[str], options: ServerTransportOptions,
+                 state_iterator: Callable[[], Iterator[tuple[str, torch.Tensor]]] | None = None) -> None:
+        """state_iterator: the (name, full tensor) stream one round sends, a collective (default: the engine's
+        `full_state_iterator`; the adapter transport sends the LoRA base, server_adapter.py)."""
         self.engine = engine
+        self.state_iterator = state_iterator or engine.full_state_iterator
         self.sender: WeightSender | None = None
         if dist.get_rank() == 0:  # global rank 0: with model parallelism several ranks are DP rank 0
             clients = [ServerClient(a, f"server {i}", timeout_s=options.timeout_s) for i, a in enumerate(addresses)]
@@ -256,7 +260,7 @@ class ServerTransport(WeightTransport):
 
     def send(self, version: int) -> SyncStats:
         start = time.perf_counter()
-        stream = self.engine.full_state_iterator()
+        stream = self.state_iterator()
         sent = buckets = 0
         try:
             if self.sender is not None:
