@@ -44,6 +44,24 @@ def vllm_server(warmstart_model, tmp_path_factory):
     """One vLLM server for the session, started as a user starts one (`python -m verl_like.serve`) on the
     default policy: fp32, loopback, our gloo weight-transfer engine, fault hooks on. Tests that send it weights
     own it while they run (each connects and syncs its own policy first). Yields its address."""
+    yield from _session_server(warmstart_model, tmp_path_factory, "vllm_server")
+
+
+# rollout/server_lora.py: rank 8 (the LoRA tests' adapters), a window of 2 (staleness 0) plus 1 for the tests that
+# keep an older version loaded.
+LORA_SERVER_ARGS = ("--enable-lora", "--max-lora-rank", "8", "--max-loras", "3", "--max-cpu-loras", "3")
+
+
+@pytest.fixture(scope="session")
+def vllm_lora_server(warmstart_model, tmp_path_factory):
+    """A second session server like `vllm_server`, started with LoRA (`LORA_SERVER_ARGS`): adapter-only sync
+    (tests/integration/rollout/test_server_lora.py, the server-mode LoRA run). Yields its address."""
+    yield from _session_server(warmstart_model, tmp_path_factory, "vllm_lora_server", LORA_SERVER_ARGS)
+
+
+def _session_server(model_path, tmp_path_factory, name, extra_args=()):
+    """Starts `python -m verl_like.serve model_path` (fp32, 128 tokens, fault hooks on), yields its address once
+    it answers /health, and ends it."""
     import os
     import signal
     import subprocess
@@ -53,10 +71,10 @@ def vllm_server(warmstart_model, tmp_path_factory):
     from verl_like.rollout.server_client import ServerClient
 
     port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm_server") / "server.log"
+    log_path = tmp_path_factory.mktemp(name) / "server.log"
     log = open(log_path, "wb")
-    command = [sys.executable, "-m", "verl_like.serve", warmstart_model, "--port", str(port),
-               "--dtype", "float32", "--max-model-len", "128", "--max-num-seqs", "128", "--seed", "0"]
+    command = [sys.executable, "-m", "verl_like.serve", model_path, "--port", str(port),
+               "--dtype", "float32", "--max-model-len", "128", "--max-num-seqs", "128", "--seed", "0", *extra_args]
     from verl_like.workers.rollout_server import die_with_parent
 
     # Dies with this test process even when it is killed (its engine processes follow the server).
@@ -64,7 +82,7 @@ def vllm_server(warmstart_model, tmp_path_factory):
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                preexec_fn=die_with_parent, env={**os.environ, "VERL_LIKE_FAULT_HOOKS": "1"})
     address = f"http://127.0.0.1:{port}"
-    client = ServerClient(address, "session server")
+    client = ServerClient(address, f"session server {name}")
     try:
         client.wait_healthy(600, alive=lambda: process.poll() is None)
     except Exception as err:

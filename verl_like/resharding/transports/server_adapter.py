@@ -29,10 +29,11 @@ from verl_like.rollout.server_client import ServerClient, ServerError
 logger = logging.getLogger(__name__)
 
 
-def check_lora_servers(clients: list[ServerClient], lora_rank: int) -> int:
+def check_lora_servers(clients: list[ServerClient], lora_rank: int) -> tuple[int, str | None]:
     """ServerError naming the first server that cannot hold adapters of `lora_rank` (started without LoRA, a rank
-    too small, an external server); else the first adapter int id unused on every server."""
-    next_id = 1
+    too small, an external server); else the first adapter int id unused on every server, and the adapter the
+    first server serves (None: the base weights)."""
+    next_id, active = 1, None
     for client in clients:
         status = server_lora.adapter_status(client)
         fix = (f"start it with `python -m verl_like.serve MODEL {' '.join(server_lora.server_lora_args(lora_rank, 2))}` "
@@ -45,7 +46,8 @@ def check_lora_servers(clients: list[ServerClient], lora_rank: int) -> int:
             raise ServerError(f"{client} holds adapters of rank <= {status['max_lora_rank']}, {status['max_loras']} at "
                               f"a time: lora_rank={lora_rank} needs a larger --max-lora-rank and >= 2; {fix}")
         next_id = max(next_id, int(status["next_id"]))
-    return next_id
+        active = active or status.get("active")
+    return next_id, active
 
 
 class AdapterPublisher:
@@ -54,8 +56,7 @@ class AdapterPublisher:
     def __init__(self, clients: list[ServerClient], lora_rank: int, timeout_s: float) -> None:
         self.clients = clients
         self.timeout_s = timeout_s
-        self._next_id = check_lora_servers(clients, lora_rank)
-        self.active: str | None = None
+        self._next_id, self.active = check_lora_servers(clients, lora_rank)
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(clients)), thread_name_prefix="adapter-http")
 
     def publish(self, tensors: dict[str, torch.Tensor], adapter_config: dict, version: int) -> str:
