@@ -104,11 +104,10 @@ class ServerModeRollout:
         sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(self.config)
         from verl_like.rollout.server_client import ServerError
 
-        if self._serves_adapters:
-            self.servers.refresh_adapters()  # the adapter the last sync activated (rollout/server_lora.py)
-
         while True:
             try:
+                if self._serves_adapters:  # the adapter the last sync (or relink) activated (rollout/server_lora.py)
+                    self.servers.refresh_adapters()
                 if rows_use_agent_loops(self.agents, prompts):
                     out = self.agents.run_sync(prompts, sampling, self._token_generator, self.servers.pad_token_id)
                 else:

@@ -180,6 +180,12 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
             pending.result()
         launched = _launch_servers(config, model_path, trainer_pool)
     clients, supervisors, pool = launched.wait_ready()
+    if serves_adapters(config) and rollout.server.address:  # a user's servers: launched with LoRA and its window?
+        from verl_like.resharding.transports.server_adapter import check_lora_servers
+        from verl_like.rollout.server_lora import window_size
+
+        check_lora_servers(clients, config.actor_rollout_ref.model.lora_rank,
+                           window_size(config.async_training.staleness))
     startup["startup/servers_s"] = time.monotonic() - launched.started
     servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests,
                             request_timeout_s=rollout.server.request_timeout_s,

@@ -29,22 +29,24 @@ from verl_like.rollout.server_client import ServerClient, ServerError
 logger = logging.getLogger(__name__)
 
 
-def check_lora_servers(clients: list[ServerClient], lora_rank: int) -> tuple[int, str | None]:
-    """ServerError naming the first server that cannot hold adapters of `lora_rank` (started without LoRA, a rank
-    too small, an external server); else the first adapter int id unused on every server, and the adapter the
-    first server serves (None: the base weights)."""
+def check_lora_servers(clients: list[ServerClient], lora_rank: int, window: int = 2) -> tuple[int, str | None]:
+    """ServerError naming the first server that cannot hold `window` adapters of `lora_rank` (started without LoRA,
+    a rank or window too small: a user's server at rollout.server.address); else the first adapter int id unused on
+    every server, and the adapter the first server serves (None: the base weights)."""
     next_id, active = 1, None
     for client in clients:
         status = server_lora.adapter_status(client)
-        fix = (f"start it with `python -m verl_like.serve MODEL {' '.join(server_lora.server_lora_args(lora_rank, 2))}` "
+        flags = " ".join(server_lora.server_lora_args(lora_rank, window))
+        fix = (f"start it with `python -m verl_like.serve MODEL {flags}` "
                "(--max-loras = async_training.staleness + 2), or serve merged weights with "
                "actor_rollout_ref.model.lora.merge=true")
         if not status.get("enabled"):
             raise ServerError(f"{client} serves no LoRA adapters (it was not started with --enable-lora, or is not a "
                               f"verl_like.serve server): adapter-only sync of lora_rank={lora_rank} needs them; {fix}")
-        if int(status["max_lora_rank"]) < lora_rank or int(status["max_loras"]) < 2:
+        if int(status["max_lora_rank"]) < lora_rank or int(status["max_loras"]) < window:
             raise ServerError(f"{client} holds adapters of rank <= {status['max_lora_rank']}, {status['max_loras']} at "
-                              f"a time: lora_rank={lora_rank} needs a larger --max-lora-rank and >= 2; {fix}")
+                              f"a time: lora_rank={lora_rank} needs --max-lora-rank >= {lora_rank} and a window of "
+                              f">= {window} (--max-loras, --max-cpu-loras); {fix}")
         next_id = max(next_id, int(status["next_id"]))
         active = active or status.get("active")
     return next_id, active
