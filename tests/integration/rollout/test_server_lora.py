@@ -5,7 +5,8 @@ PEFT adapter's tensors; the server builds it in memory (rollout/server_lora.py).
 After a sync the server's log-probs equal the PEFT model's (fp32) and differ from the base; a second version
 replaces the first under a new name; names are never reused; an add one server refuses leaves the old version
 active everywhere and names the server and the adapter; requests without an adapter are refused; the sync check
-scores under the adapter and names server and adapter when they disagree.
+scores under the adapter and names server and adapter when they disagree. A 2-rank LoRA actor group on Ray sends the base
+once and then its adapter, every rank counting the bytes, and the server serves its policy.
 """
 
 from __future__ import annotations
@@ -146,3 +147,68 @@ def test_the_sync_check_scores_under_the_adapter_and_names_server_and_adapter(lo
     policy.randomize(6)  # the trainer moved on; the server was not synced
     with pytest.raises(sync_check.SyncCheckError, match=rf"server 0 \(.*\) \(server index 0, adapter {name}\)"):
         sync_check.check_servers(policy, [client], 1e-3, 6, vocab, 128, adapter=name)
+
+
+def test_a_lora_actor_group_syncs_the_base_once_then_its_adapter_counted_on_every_rank(
+        ray_cluster, vllm_lora_server, warmstart_model):
+    """A 2-rank FSDP2 LoRA actor on Ray linked to the server (ServerAdapterTransport): the link sends the base and
+    the adapter, every later sync the adapter alone, each rank reporting the sync's bytes (the mean is not halved);
+    the server's sampled log-probs then equal the actor's."""
+    from rollout_helpers import prompt_batch
+    from transformers import AutoTokenizer
+
+    from verl_like.config.actor import ActorConfig, OptimConfig
+    from verl_like.config.model import ModelConfig
+    from verl_like.config.rollout import RolloutConfig, RolloutServerConfig
+    from verl_like.rollout.servers import ServerRollout
+    from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
+    from verl_like.trainer.rollout_handle import ServerModeRollout
+    from verl_like.workers.actor_rollout import ActorRolloutWorker
+
+    actor = ActorConfig(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4,
+                        optim=OptimConfig(lr=5e-2, weight_decay=0.0))
+    rollout = RolloutConfig(mode="server", server=RolloutServerConfig(address=(vllm_lora_server,)), dtype="float32",
+                            prompt_length=32, response_length=8, n=2, temperature=1.0)
+    model = ModelConfig(path=warmstart_model, lora_rank=RANK, lora_alpha=32)
+    pool = ResourcePool.create([2], device="cpu", cpus_per_process=1.0, name="server_lora_test")
+    group = WorkerGroup(pool, RoleSpec(ActorRolloutWorker, (warmstart_model, actor, rollout), {"model": model}),
+                        name="server_lora")
+    tokenizer = AutoTokenizer.from_pretrained(warmstart_model)
+    servers = ServerRollout([ServerClient(vllm_lora_server, "server 0")], tokenizer.pad_token_id)
+    handle = ServerModeRollout(rollout, group, servers, serves_adapters=True)
+    try:
+        group.init_model()
+        linked = group.connect_rollout_servers([vllm_lora_server])
+        adapter_bytes = linked[0]["sync/adapter_bytes"]
+        base = base_parameter_count(warmstart_model)
+        assert adapter_bytes == 131072  # rank 8 on every Linear of the tiny model, fp32
+        for rank in linked:  # each rank: the base once, plus the adapter
+            assert rank["sync/base_bytes"] == 4 * base and rank["sync/bytes"] == 4 * base + adapter_bytes
+        prompts = prompt_batch(tokenizer, ["sort 4021", "sort 973", "sort 51820", "sort 660"])
+        batch = handle.generate(DataProto(prompts.batch, prompts.non_tensor_batch, {"seed": 11}))
+        old = group.compute_log_prob(batch)
+        old.meta_info.pop("metrics", None)
+        batch = batch.union(old)
+        batch.batch["advantages"] = torch.tensor([1.0, -1.0]).repeat(4).unsqueeze(1) * batch.batch["response_mask"]
+        group.update_actor(batch)
+        synced = handle.sync_weights()
+        assert [rank["sync/bytes"] for rank in synced] == [adapter_bytes, adapter_bytes]
+        assert synced[0]["rollout/sync_check_gap"] < 1e-5
+        name = servers.clients[0].lora_name
+        assert name.endswith("-v1") and server_lora.adapter_status(servers.clients[0])["active"] == name
+        fresh = handle.generate(DataProto(prompts.batch, prompts.non_tensor_batch, {"seed": 12}))
+        scored = group.compute_log_prob(fresh)
+        mask = fresh.batch["response_mask"].bool()
+        assert float((fresh.batch["rollout_log_probs"] - scored.batch["old_log_probs"]).abs()[mask].max()) <= 1e-5
+    finally:
+        servers.close()
+        group.close()
+        group.shutdown()
+        pool.remove()
+
+
+def base_parameter_count(model_path: str) -> int:
+    """The base model's parameter count."""
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_path).parameters())
