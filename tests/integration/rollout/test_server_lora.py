@@ -5,8 +5,8 @@ PEFT adapter's tensors; the server builds it in memory (rollout/server_lora.py).
 After a sync the server's log-probs equal the PEFT model's (fp32) and differ from the base; a second version
 replaces the first under a new name; names are never reused; an add one server refuses leaves the old version
 active everywhere and names the server and the adapter; requests without an adapter are refused; the sync check
-scores under the adapter and names server and adapter when they disagree. A 2-rank LoRA actor group on Ray sends the base
-once and then its adapter, every rank counting the bytes, and the server serves its policy.
+scores under the adapter and names server and adapter when they disagree. A 2-rank LoRA actor group on Ray sends the
+base once and then its adapter, every rank counting the bytes, and the server serves its policy.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ BAD = [
     (["algorithm.adv_estimator=gae", "critic.model.lora_rank=8"], "critic.model.lora_rank=8: the critic trains every"),
     ([f"{M}.lora_rank=1024"], "exceeds vLLM's largest max_lora_rank 512"),
     ([f"{M}.lora_rank=8", "actor_rollout_ref.rollout.mode=server", "async_training.enable=true",
-      "async_training.partial_rollout=true", "async_training.staleness=1"], "a request frozen across a sync keeps the adapter it started with"),
+      "async_training.partial_rollout=true", "async_training.staleness=1"],
+     "a request frozen across a sync keeps the adapter it started with"),
     ([f"{M}.lora_rank=8", "actor_rollout_ref.rollout.sync_check_tolerance=0"],
      "actor_rollout_ref.rollout.sync_check_tolerance=0.0 must be > 0"),
 ]
