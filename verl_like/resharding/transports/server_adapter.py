@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -100,25 +99,18 @@ class ServerAdapterTransport(WeightTransport):
         if not engine.lora_enabled:
             raise ValueError("ServerAdapterTransport needs a LoRA training engine")
         self.engine = engine
-        self._base_bytes = 0
-        self.base = ServerTransport(engine, addresses, options, state_iterator=self._counted_base)
+        self.base = ServerTransport(engine, addresses, options, state_iterator=engine.base_state_iterator)
         self.publisher = None
         if self.base.sender is not None:  # rank 0
             self.publisher = AdapterPublisher(self.base.clients, lora_rank, options.timeout_s)
         self._base_sent = False
 
-    def _counted_base(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, tensor in self.engine.base_state_iterator():
-            self._base_bytes += tensor.numel() * tensor.element_size()
-            yield name, tensor
-
     def send(self, version: int) -> SyncStats:
         start = time.perf_counter()
         base_bytes = buckets = 0
         if not self._base_sent:
-            self._base_bytes = 0
-            buckets = self.base.send(version).buckets
-            base_bytes, self._base_sent = self._base_bytes, True
+            base = self.base.send(version)  # counted on every rank
+            base_bytes, buckets, self._base_sent = base.model_bytes, base.buckets, True
         adapter = self.engine.adapter_state()  # a collective: every rank
         adapter_bytes = sum(tensor.numel() * tensor.element_size() for tensor in adapter.values())
         if self.publisher is not None:
