@@ -115,7 +115,10 @@ class ServerRollout:
         from verl_like.rollout.server_lora import adapter_status
 
         for client in self.clients:
-            client.lora_name = adapter_status(client).get("active")
+            try:
+                client.lora_name = adapter_status(client).get("active")
+            except ServerError as err:  # a server that is down: the pool sends its requests elsewhere
+                logger.warning("%s: could not read its active adapter (%s); keeping %s", client, err, client.lora_name)
 
     def close(self) -> None:
         self.servers.close()
