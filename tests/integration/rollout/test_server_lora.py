@@ -136,6 +136,16 @@ def test_requests_without_an_adapter_are_refused_on_a_lora_server(lora):
     bare.close()
 
 
+def test_a_server_started_without_lora_is_refused_at_link_time_naming_it(vllm_server):
+    """The session's plain server (a user's server at rollout.server.address without --enable-lora)."""
+    from verl_like.resharding.transports.server_adapter import check_lora_servers
+
+    plain = ServerClient(vllm_server, "server 0")
+    with pytest.raises(ServerError, match=r"server 0 \(http://127.0.0.1:\d+\) serves no LoRA adapters .*--enable-lora"):
+        check_lora_servers([plain], RANK, window=2)
+    plain.close()
+
+
 def test_the_sync_check_scores_under_the_adapter_and_names_server_and_adapter(lora):
     client, policy = lora["client"], lora["policy"]
     relinked = AdapterPublisher([client], RANK, timeout_s=120)  # takes the next id unused on the server
