@@ -108,7 +108,7 @@ def test_a_second_version_replaces_the_first_under_a_new_name_never_reused(lora)
         server_lora.add_adapter(client, reused)
 
 
-def test_a_refused_add_leaves_the_old_version_active_on_every_server(lora):
+def test_a_refused_add_leaves_the_old_version_active_on_every_server(lora, caplog):
     """Two clients of the one server stand for two servers: the second add of the same name is refused."""
     client, policy, probe = lora["client"], lora["policy"], lora["probe"]
     old = server_lora.adapter_status(client)["active"]
@@ -122,6 +122,7 @@ def test_a_refused_add_leaves_the_old_version_active_on_every_server(lora):
         twice.close()
     status = server_lora.adapter_status(client)
     assert status["active"] == old and not any(name.endswith("-v4") for name in status["loaded"])
+    assert "removing the refused adapter" not in caplog.text  # the engine dropped it where it had been added
     policy.randomize(3)  # the active version's weights
     assert (served(client, probe, old) - policy.log_probs(probe)).abs().max() <= 1e-5
 
