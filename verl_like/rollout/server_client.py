@@ -97,6 +97,9 @@ class ServerClient:
         self._clients_lock = threading.Lock()
         self._model: str | None = None
         self._lean: bool | None = None
+        # The LoRA adapter every generation request names (rollout/server_lora.py; None: base weights), set by the
+        # driver from the server's GET /verl_like/adapter after each weight sync.
+        self.lora_name: str | None = None
 
     def __repr__(self) -> str:
         return f"{self.name} ({self.address})"
@@ -211,8 +214,10 @@ class ServerClient:
         """The `params["n"]` samples of one prompt, in sample order (token ids in, token ids out); `timeout_s`
         (default: the client's) bounds each read of the answer."""
         if self._probe_lean(min(10.0, timeout_s or self.timeout_s)):
-            answer = self.request("POST", GENERATE_ROUTE, json={"prompt_token_ids": prompt_ids, "params": params},
-                                  timeout_s=timeout_s, resend_stale=True)
+            body = {"prompt_token_ids": prompt_ids, "params": params}
+            if self.lora_name is not None:
+                body["lora_name"] = self.lora_name
+            answer = self.request("POST", GENERATE_ROUTE, json=body, timeout_s=timeout_s, resend_stale=True)
             return completions(answer)
         # return_tokens_as_token_ids: the server writes "token_id:N" for each log-prob entry instead of decoding
         # every generated token once more (we read only token_ids and token_logprobs).

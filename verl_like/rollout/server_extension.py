@@ -141,6 +141,17 @@ class WeightTransferExtension:
             return ""
         return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
 
+    def verl_like_add_adapter(self, lora_int_id: int, payload: bytes, evict_ids: list[int]) -> int:
+        """Builds a LoRA adapter from safetensors `payload` in memory and registers it (rollout/server_lora.py)."""
+        from verl_like.rollout.server_lora import add_adapter_in_worker
+
+        return add_adapter_in_worker(self, lora_int_id, payload, evict_ids)
+
+    def verl_like_remove_adapter(self, lora_int_id: int) -> bool:
+        from verl_like.rollout.server_lora import remove_adapter_in_worker
+
+        return remove_adapter_in_worker(self, lora_int_id)
+
     def verl_like_weight_sums(self) -> dict[str, float]:
         """{"sum", "sum_squares", "numel"} of this worker's model parameters in float64, through /collective_rpc.
 

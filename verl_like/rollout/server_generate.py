@@ -9,7 +9,8 @@ engine on the same batch, which skips all of it (`detokenize=False`, flat log-pr
 `verl_like.serve` adds this module's `generate_route` to the server with vLLM's own `--middleware` flag (an HTTP
 middleware of the server's FastAPI app, in the server's front process). It answers
 
-    POST /verl_like/generate  {"prompt_token_ids": [int, ...], "params": {vLLM SamplingParams fields}}
+    POST /verl_like/generate  {"prompt_token_ids": [int, ...], "params": {vLLM SamplingParams fields},
+                               "lora_name": str (on a LoRA server: required, a loaded adapter; rollout/server_lora.py)}
       -> {"samples": [{"token_ids": b64 int32, "log_probs": b64 float32, "finish_reason": str | null,
                        "weight_versions": [[version, start, end], ...] | null}, ...]}
     GET  /verl_like/generate  -> {"version": 1}   (clients probe it; a server without it answers 404)
@@ -98,6 +99,8 @@ async def generate_route(request: Any, call_next: Any) -> Any:
         return await call_next(request)
     from starlette.responses import JSONResponse
 
+    from verl_like.rollout.server_lora import lora_request_for
+
     if request.method == "GET":
         return JSONResponse({"version": VERSION})
     if time.monotonic() < _faults["http_500_until"]:
@@ -106,12 +109,14 @@ async def generate_route(request: Any, call_next: Any) -> Any:
         body = await request.json()
         prompt = [int(token) for token in body["prompt_token_ids"]]
         params = sampling_params(dict(body.get("params") or {}))
+        lora_request = lora_request_for(request.app, body.get("lora_name"))
     except (KeyError, TypeError, ValueError) as err:
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
     engine = request.app.state.engine_client
     final = None
     try:
-        async for output in engine.generate({"prompt_token_ids": prompt}, params, f"verl_like-{uuid.uuid4().hex}"):
+        async for output in engine.generate({"prompt_token_ids": prompt}, params, f"verl_like-{uuid.uuid4().hex}",
+                                            lora_request=lora_request):
             final = output
     except Exception as err:  # the engine died or refused the request: the client raises naming this server
         return JSONResponse({"error": f"generation failed: {type(err).__name__}: {err}"}, status_code=500)

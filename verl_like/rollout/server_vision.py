@@ -96,20 +96,24 @@ async def vision_route(request: Any) -> Any:
     from starlette.responses import JSONResponse
 
     from verl_like.rollout.server_generate import encode_array, encode_output, sampling_params
+    from verl_like.rollout.server_lora import lora_request_for
 
     if request.method == "GET":
         return JSONResponse({"version": VERSION})
     engine = request.app.state.engine_client
     try:
-        prompt, images, params = parse_body(await request.json())
+        body = await request.json()
+        prompt, images, params = parse_body(body)
         sampling = sampling_params(params, allowed_token_ids=allowed_token_ids(engine.model_config))
         check_placeholders(prompt, len(images), int(engine.model_config.hf_config.image_token_id))
+        lora_request = lora_request_for(request.app, body.get("lora_name"))
     except (KeyError, TypeError, ValueError, OSError) as err:
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
     inputs = {"prompt_token_ids": prompt, "multi_modal_data": {"image": images}}
     final = None
     try:
-        async for output in engine.generate(inputs, sampling, f"verl_like-mm-{uuid.uuid4().hex}"):
+        async for output in engine.generate(inputs, sampling, f"verl_like-mm-{uuid.uuid4().hex}",
+                                            lora_request=lora_request):
             final = output
     except ValueError as err:  # vLLM refused the inputs (an image it cannot read, too long a prompt): no retry
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
@@ -184,6 +188,8 @@ class ServerImages:
 
             def send(client: Any, timeout_s: float, row: int = row, raw: Any = raw, images: list = images) -> Any:
                 body = request_body(raw, images, params(row))  # encoded in the request's thread
+                if client.lora_name is not None:  # a LoRA server refuses a request without its adapter
+                    body["lora_name"] = client.lora_name
                 return self.send(client, body, token_lists[row], f"rollout row {row}", timeout_s)
 
             out.append(send)

@@ -125,6 +125,17 @@ class ServerRollout:
                            stats.causes)
         return build_rollout_batch(prompts, responses, log_probs, sampling, self.pad_token_id, metrics)
 
+    def refresh_adapters(self) -> None:
+        """Each client names the LoRA adapter its server serves now (rollout/server_lora.py; None on a server
+        without LoRA): every generation request carries it. After each weight sync, before each rollout."""
+        from verl_like.rollout.server_lora import adapter_status
+
+        for client in self.clients:
+            try:
+                client.lora_name = adapter_status(client).get("active")
+            except ServerError as err:  # a server that is down: the pool sends its requests elsewhere
+                logger.warning("%s: could not read its active adapter (%s); keeping %s", client, err, client.lora_name)
+
     def close(self) -> None:
         self.servers.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -128,14 +128,29 @@ def server_probe_log_probs(client, token_ids: list[int], start: int = PROBE_SCOR
     return [float(entries[position][str(token_ids[position])]["logprob"]) for position in range(start, len(token_ids))]
 
 
+def server_adapter_probe_log_probs(client, token_ids: list[int], start: int, adapter: str) -> list[float]:
+    """`server_probe_log_probs` on a LoRA server, under `adapter` (rollout/server_lora.py's scoring route: a LoRA
+    server refuses adapter-less requests)."""
+    from verl_like.rollout.server_lora import score_prompt
+
+    return score_prompt(client, token_ids, adapter, start)
+
+
 def check_servers(train_engine, clients: list, limit: float, trainer_version: int, vocab_size: int,
-                  max_model_len: int | None = None) -> dict[str, float]:
+                  max_model_len: int | None = None, adapter: str | None = None) -> dict[str, float]:
     """Scores the probe on every server in `clients` (rank 0's; other ranks pass []) and in `train_engine` (every
-    rank: a collective); SyncCheckError naming the first server whose gap exceeds `limit`. The largest gap."""
+    rank: a collective), under LoRA `adapter` when given; SyncCheckError naming the first server (and the adapter)
+    whose gap exceeds `limit`. The largest gap."""
     token_ids, start = probe(vocab_size, max_model_len)
     trained = trainer_probe_log_probs(train_engine, token_ids, start)
-    results = [compare(server_probe_log_probs(client, token_ids, start), trained, limit, str(client),
-                       trainer_version, trainer_version) for client in clients]
+    results = []
+    for index, client in enumerate(clients):
+        if adapter is None:
+            served, label = server_probe_log_probs(client, token_ids, start), str(client)
+        else:
+            served = server_adapter_probe_log_probs(client, token_ids, start, adapter)
+            label = f"{client} (server index {index}, adapter {adapter})"
+        results.append(compare(served, trained, limit, label, trainer_version, trainer_version))
     if not results:
         return {}
     return {"rollout/sync_check_gap": max(r.gap for r in results),

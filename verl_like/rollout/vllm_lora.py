@@ -63,10 +63,11 @@ class AdapterVersion:
         return LoRARequest(lora_name=self.name, lora_int_id=self.lora_int_id, lora_path=self.path)
 
 
-def _register_in_worker(worker: Any, lora_int_id: int, tensors: dict[str, torch.Tensor],
-                        config: dict[str, Any], previous_id: int | None) -> int:
-    """Runs in vLLM's worker: builds the LoRAModel from `tensors` the way `_load_adapter` does from files, drops
-    the previous version, registers the new one. Returns the number of adapted modules."""
+def register_in_worker(worker: Any, lora_int_id: int, tensors: dict[str, torch.Tensor],
+                       config: dict[str, Any], remove_ids: list[int] | tuple[int, ...] = ()) -> int:
+    """Runs in vLLM's worker: builds the LoRAModel from `tensors` the way `_load_adapter` does from files, then
+    drops the adapters `remove_ids` and registers the new one (a build that fails changes nothing). Returns the
+    number of adapted modules. In-process (below) and in our servers (rollout/server_lora.py)."""
     from vllm.lora.peft_helper import PEFTHelper
 
     manager = worker.model_runner.lora_manager
@@ -81,8 +82,8 @@ def _register_in_worker(worker: Any, lora_int_id: int, tensors: dict[str, torch.
     )
     if not lora.loras:
         raise ValueError(f"none of the adapter's {len(tensors)} tensors names a module vLLM's model adapts")
-    if previous_id is not None:
-        adapters.remove_adapter(previous_id)
+    for old_id in remove_ids:
+        adapters.remove_adapter(old_id)
     adapters.add_adapter(lora)
     return len(lora.loras)
 
@@ -102,9 +103,9 @@ class VLLMAdapterSlot:
         self._next_id += 1
         name = f"policy-{lora_int_id}-v{version}"
         copies = {key: tensor.detach().clone() for key, tensor in tensors.items()}  # vLLM scales B in place
-        previous = self.current.lora_int_id if self.current is not None else None
+        previous = [self.current.lora_int_id] if self.current is not None else []
         modules = self.llm.collective_rpc(
-            _register_in_worker, args=(lora_int_id, copies, vllm_peft_config(adapter_config), previous)
+            register_in_worker, args=(lora_int_id, copies, vllm_peft_config(adapter_config), previous)
         )[0]
         self.current = AdapterVersion(lora_int_id, name, f"in-memory://{name}", version)
         logger.info("vLLM adapter %s: %d modules, id %d", name, modules, lora_int_id)

@@ -137,10 +137,20 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
         overrides = resolved_overrides(hf_config, dict(model.override_config))
     device = resolve_device(trainer.device)
     args = vllm_server_args(rollout, overrides, model.trust_remote_code, server_weight_transfer(config, device))
+    if serves_adapters(config):
+        from verl_like.rollout.server_lora import server_lora_args, window_size
+
+        args += server_lora_args(model.lora_rank, window_size(config.async_training.staleness))
     return launch_servers(
         config, model_path, args, device, trainer.cpus_per_worker, trainer.timeouts.worker_start_timeout_s,
         log_dir=str(Path(trainer.default_local_dir) / "server_logs"), trainer_pool=trainer_pool,
     )
+
+
+def serves_adapters(config: PPOConfig) -> bool:
+    """Server mode with LoRA adapter-only sync: the servers serve adapters (rollout/server_lora.py)."""
+    model = config.actor_rollout_ref.model
+    return config.actor_rollout_ref.rollout.mode == "server" and model.lora_enabled and not model.lora.merge
 
 
 def _servers_start_early(config: PPOConfig) -> bool:
@@ -170,6 +180,12 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
             pending.result()
         launched = _launch_servers(config, model_path, trainer_pool)
     clients, supervisors, pool = launched.wait_ready()
+    if serves_adapters(config) and rollout.server.address:  # a user's servers: launched with LoRA and its window?
+        from verl_like.resharding.transports.server_adapter import check_lora_servers
+        from verl_like.rollout.server_lora import window_size
+
+        check_lora_servers(clients, config.actor_rollout_ref.model.lora_rank,
+                           window_size(config.async_training.staleness))
     startup["startup/servers_s"] = time.monotonic() - launched.started
     servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests,
                             request_timeout_s=rollout.server.request_timeout_s,
@@ -188,7 +204,8 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         supervision = ServerSupervision(supervisors, servers.servers, link, rollout.server.max_restarts,
                                         rollout.server.start_timeout_s)
         servers.servers.on_unresponsive = supervision.stop_unresponsive
-    handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool, supervision)
+    handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool, supervision,
+                               serves_adapters=serves_adapters(config))
     try:
         startup.update(slowest_rank(pending.result()))
         started = time.perf_counter()

@@ -265,8 +265,13 @@ class ActorRolloutWorker(Worker):
         if self.transport is not None:  # linking again (a restarted server): the old group goes first
             self.transport.close()
             self.transport = None
-        self.transport = ServerTransport(self._require(self.actor, "connect_rollout_servers").engine,
-                                         list(addresses), options)
+        engine = self._require(self.actor, "connect_rollout_servers").engine
+        if engine.lora_enabled and not self.lora_merge:  # adapter-only: the base once, then the adapter
+            from verl_like.resharding.transports.server_adapter import ServerAdapterTransport
+
+            self.transport = ServerAdapterTransport(engine, list(addresses), options, self.lora.rank)
+        else:
+            self.transport = ServerTransport(engine, list(addresses), options)
         self._synced_step = None
         return self._sync_weights()
 
@@ -512,7 +517,7 @@ class ActorRolloutWorker(Worker):
             wire = engine.compute_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
             limit = sync_check.tolerance([wire, engine.compute_dtype], config.sync_check_tolerance)
             return sync_check.check_servers(engine, clients, limit, version, self.hf_config().vocab_size,
-                                            config.engine_max_model_len)
+                                            config.engine_max_model_len, getattr(self.transport, "adapter_name", None))
         if not config.sync_check or rollout is None or not rollout.supports_scoring:
             return {}
         rollout.wake_up(["kv_cache"])  # scoring runs a forward; generation follows the sync and wakes it anyway

@@ -4,8 +4,10 @@ on FSDP2, vLLM with the adapter in-process or a vLLM server).
 - Colocated: the default job raises the held-out reward from <= 0.3 to >= 0.7; every sync after the first moves the
   adapter's bytes alone, and the sync check passes every step. Killed with kill -9 after its first checkpoint and
   resumed, it reproduces the uninterrupted run's metrics exactly.
-- Server mode (the session's server, merged weights: `lora.merge=true`): the same job raises the reward the same
-  way, and the sync check scores the server every step.
+- Server mode, adapter-only (the session's LoRA server, `vllm_lora_server`): the same job raises the reward the
+  same way; every sync after the first moves the adapter's bytes alone and the sync check scores the server under
+  the adapter every step. Merged weights (`lora.merge=true`, the session's plain server): a short run whose syncs
+  move the whole merged model and pass the sync check.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ STEPS = 10
 RESUMABLE = [*LORA, f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS // 2}",
              f"trainer.save_freq={STEPS // 2}", "trainer.resume_mode=auto"]
 ADAPTER_BYTES = 131072  # rank 8 on every Linear of the tiny model's 2 layers, fp32
+MODEL_BYTES = 1239552  # the tiny model's 309,888 parameters, fp32 (a merged sync)
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +84,22 @@ def test_lora_run_killed_then_resumed_reproduces_the_uninterrupted_run(cache_dir
     assert (checkpoint / "lora_adapter" / "adapter_config.json").is_file()
 
 
-def test_lora_server_mode_merged_raises_the_held_out_reward(cache_dir, tmp_path, vllm_server):
-    _run([*server_job(vllm_server), *LORA, "actor_rollout_ref.model.lora.merge=true",
-          f"trainer.total_training_steps={STEPS}", f"trainer.default_local_dir={tmp_path}"], cache_dir)
+def test_lora_server_mode_adapter_only_raises_the_held_out_reward_moving_only_adapter_bytes(
+        cache_dir, tmp_path, vllm_lora_server):
+    _run([*server_job(vllm_lora_server), *LORA, f"trainer.total_training_steps={STEPS}",
+          f"trainer.default_local_dir={tmp_path}"], cache_dir)
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert_reward_rises(records)
     trained = [r for r in records if r["step"] > 0]
+    assert all(r["sync/bytes"] == r["sync/adapter_bytes"] == ADAPTER_BYTES for r in trained)  # every rank's
+    assert all(r["sync/base_bytes"] == 0 for r in trained)
     assert all(r["rollout/sync_check_gap"] < 1e-4 for r in trained)  # the server scored the probe every step
+
+
+def test_lora_server_mode_merged_syncs_the_merged_model(cache_dir, tmp_path, vllm_server):
+    _run([*server_job(vllm_server), *LORA, "actor_rollout_ref.model.lora.merge=true",
+          "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path}"], cache_dir)
+    trained = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["step"] > 0]
+    assert len(trained) == 2
+    assert all("sync/adapter_bytes" not in r and r["sync/bytes"] == MODEL_BYTES for r in trained)  # every rank's
+    assert all(r["rollout/sync_check_gap"] < 1e-4 for r in trained)

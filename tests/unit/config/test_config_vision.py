@@ -41,3 +41,9 @@ def test_image_prompts_take_servers_and_agent_loops(overrides):
 def test_freeze_vision_tower_is_refused_with_megatron():
     with pytest.raises(Exception, match="freeze_vision_tower=true"):
         load_config(["actor_rollout_ref.actor.freeze_vision_tower=true", "actor_rollout_ref.actor.strategy=megatron"])
+
+
+def test_adapter_only_lora_in_server_mode_with_images_is_refused_until_tested():
+    with pytest.raises(ConfigError, match="not tested with image prompts yet; set actor_rollout_ref.model.lora.merge"):
+        load_config(["+trainer=vlm_tiny", "actor_rollout_ref.rollout.mode=server",
+                     "actor_rollout_ref.model.lora_rank=8"], check_paths=False)

@@ -22,6 +22,9 @@ BAD = [
      "the Megatron engine builds no adapters"),
     (["algorithm.adv_estimator=gae", "critic.model.lora_rank=8"], "critic.model.lora_rank=8: the critic trains every"),
     ([f"{M}.lora_rank=1024"], "exceeds vLLM's largest max_lora_rank 512"),
+    ([f"{M}.lora_rank=8", "actor_rollout_ref.rollout.mode=server", "async_training.enable=true",
+      "async_training.partial_rollout=true", "async_training.staleness=1"],
+     "a request frozen across a sync keeps the adapter it started with"),
     ([f"{M}.lora_rank=8", "actor_rollout_ref.rollout.sync_check_tolerance=0"],
      "actor_rollout_ref.rollout.sync_check_tolerance=0.0 must be > 0"),
 ]
@@ -42,6 +45,15 @@ def test_lora_keys_reach_the_actor_engine_settings():
     assert lora_settings(model) == LoraSettings(rank=8, alpha=32, target_modules=("q_proj", "v_proj"),
                                                 exclude_modules=("o_proj",))
     assert model.lora.merge and config.actor_rollout_ref.rollout.sync_check
+
+
+def test_server_mode_takes_adapter_only_sync_and_partial_rollout_merged():
+    adapter = load_config(SMOKE + [f"{M}.lora_rank=8", "actor_rollout_ref.rollout.mode=server"])
+    assert adapter.actor_rollout_ref.rollout.mode == "server" and not adapter.actor_rollout_ref.model.lora.merge
+    merged = load_config(SMOKE + [f"{M}.lora_rank=8", f"{M}.lora.merge=true", "actor_rollout_ref.rollout.mode=server",
+                                  "async_training.enable=true", "async_training.partial_rollout=true",
+                                  "async_training.staleness=1"])
+    assert merged.async_training.partial_rollout
 
 
 def test_lora_is_off_by_default():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -251,8 +251,13 @@ class WeightSender:
 class ServerTransport(WeightTransport):
     """Every trainer rank gathers full tensors from its FSDP shards together; rank 0 sends them to the servers."""
 
-    def __init__(self, engine: TrainEngine, addresses: list[str], options: ServerTransportOptions) -> None:
+    def __init__(self, engine: TrainEngine, addresses: list[str], options: ServerTransportOptions,
+                 state_iterator: Callable[[], Iterator[tuple[str, torch.Tensor]]] | None = None) -> None:
+        """state_iterator: the (name, full tensor) stream one round sends, a collective (default: the engine's
+        `full_state_iterator`; the adapter transport sends the LoRA base, server_adapter.py)."""
         self.engine = engine
+        self.options = options
+        self.state_iterator = state_iterator or engine.full_state_iterator
         self.sender: WeightSender | None = None
         if dist.get_rank() == 0:  # global rank 0: with model parallelism several ranks are DP rank 0
             clients = [ServerClient(a, f"server {i}", timeout_s=options.timeout_s) for i, a in enumerate(addresses)]
@@ -260,8 +265,18 @@ class ServerTransport(WeightTransport):
             self.sender.connect()
 
     def send(self, version: int) -> SyncStats:
+        """This rank's stats; model_bytes (`sync/bytes`) on every rank, in the wire dtype (the mean over ranks is the
+        sync's, not rank 0's share of it), sent_bytes on rank 0 only."""
         start = time.perf_counter()
-        stream = self.engine.full_state_iterator()
+        counted = [0]
+        wire_size = torch.empty((), dtype=self.options.wire_dtype).element_size()
+
+        def counting() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, tensor in self.state_iterator():
+                counted[0] += tensor.numel() * wire_size
+                yield name, tensor
+
+        stream = counting()
         sent = buckets = 0
         try:
             if self.sender is not None:
@@ -271,7 +286,7 @@ class ServerTransport(WeightTransport):
             # the stream even when sending failed, so its peers return instead of waiting out the group's timeout.
             for _ in stream:
                 pass
-        return SyncStats(wall_s=time.perf_counter() - start, model_bytes=sent, loaded_bytes=0, received_bytes=0,
+        return SyncStats(wall_s=time.perf_counter() - start, model_bytes=counted[0], loaded_bytes=0, received_bytes=0,
                          sent_bytes=sent, buckets=buckets, mode="server")
 
     @property
