@@ -64,3 +64,12 @@ def test_lora_is_off_by_default():
 @pytest.mark.parametrize(("rank", "engine_rank"), [(1, 1), (4, 8), (8, 8), (9, 16), (300, 320), (512, 512)])
 def test_vllm_max_lora_rank_is_the_smallest_allowed_that_holds_the_adapter(rank, engine_rank):
     assert vllm_max_lora_rank(rank) == engine_rank
+
+
+def test_adapter_only_server_mode_on_cuda_is_refused_until_the_base_load_is_fixed():
+    """The H200 run (vLLM 0.25.1): a LoRA-enabled server refused the base weights; refused before Ray."""
+    overrides = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.rollout.mode=server", "trainer.device=cuda"]
+    with pytest.raises(ConfigError, match="on CUDA: adapter-only sync into servers is built and tested on CPU only"):
+        load_config(overrides, check_paths=False)
+    config = load_config([*overrides, "actor_rollout_ref.model.lora.merge=true"], check_paths=False)
+    assert config.actor_rollout_ref.model.lora.merge
