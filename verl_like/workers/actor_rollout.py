@@ -271,7 +271,8 @@ class ActorRolloutWorker(Worker):
 
             self.transport = ServerAdapterTransport(engine, list(addresses), options, self.lora.rank)
         else:
-            self.transport = ServerTransport(engine, list(addresses), options)
+            # A frozen vision tower goes to the servers once per link (they keep their weights).
+            self.transport = ServerTransport(engine, list(addresses), options, send_static_once=True)
         self._synced_step = None
         return self._sync_weights()
 

@@ -85,6 +85,12 @@ def test_vlm_preset_in_server_mode_has_the_trainers_log_probs_equal_to_the_serve
     steps = [r for r in records if r["step"] > 0 and "rollout/logprob_diff_max" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["rollout/image_logprob_diff_max"] < 1e-4 for r in steps), steps
+    # The frozen tower reached the server with the link's first sync only (fp32 on the wire, as the server runs).
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(files["model"])
+    tower = sum(p.numel() for p in model.model.vision_model.parameters())
+    assert all(r["sync/bytes"] == 4 * (sum(p.numel() for p in model.parameters()) - tower) for r in steps), steps
 
 
 def test_a_missing_image_is_refused_before_ray_naming_the_row(files, verl_like_cache, tmp_path):

@@ -252,12 +252,17 @@ class ServerTransport(WeightTransport):
     """Every trainer rank gathers full tensors from its FSDP shards together; rank 0 sends them to the servers."""
 
     def __init__(self, engine: TrainEngine, addresses: list[str], options: ServerTransportOptions,
-                 state_iterator: Callable[[], Iterator[tuple[str, torch.Tensor]]] | None = None) -> None:
+                 state_iterator: Callable[[], Iterator[tuple[str, torch.Tensor]]] | None = None,
+                 send_static_once: bool = False) -> None:
         """state_iterator: the (name, full tensor) stream one round sends, a collective (default: the engine's
-        `full_state_iterator`; the adapter transport sends the LoRA base, server_adapter.py)."""
+        `full_state_iterator`; the adapter transport sends the LoRA base, server_adapter.py). send_static_once:
+        the engine's static weights (`TrainEngine.static_weight_names`, a frozen vision tower) go with this link's
+        first round only (servers keep their weights; a restarted server is linked anew)."""
         self.engine = engine
         self.options = options
         self.state_iterator = state_iterator or engine.full_state_iterator
+        self.send_static_once = send_static_once and state_iterator is None
+        self._sent = False
         self.sender: WeightSender | None = None
         if dist.get_rank() == 0:  # global rank 0: with model parallelism several ranks are DP rank 0
             clients = [ServerClient(a, f"server {i}", timeout_s=options.timeout_s) for i, a in enumerate(addresses)]
@@ -271,8 +276,14 @@ class ServerTransport(WeightTransport):
         counted = [0]
         wire_size = torch.empty((), dtype=self.options.wire_dtype).element_size()
 
+        skip = self.engine.static_weight_names() if self.send_static_once and self._sent else frozenset()
+        # Set on every rank alike, failed round or not (the ranks' gathers must match): a frozen tower never differs
+        # from model.path, which a server loads at start.
+        self._sent = True
+        state = (lambda: self.engine.full_state_iterator_skipping(skip)) if skip else self.state_iterator
+
         def counting() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, tensor in self.state_iterator():
+            for name, tensor in state():
                 counted[0] += tensor.numel() * wire_size
                 yield name, tensor
 
