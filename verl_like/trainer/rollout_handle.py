@@ -104,6 +104,7 @@ class ServerModeRollout:
         sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(self.config)
         from verl_like.rollout.server_client import ServerError
 
+        self._check_servers("a rollout")
         while True:
             try:
                 if self._serves_adapters:  # the adapter the last sync (or relink) activated (rollout/server_lora.py)
@@ -126,12 +127,14 @@ class ServerModeRollout:
         return out
 
     def sync_weights(self) -> list[dict[str, float]]:
-        try:
-            metrics = self.actor_rollout.sync_weights()
-        except Exception as err:  # a server died during the update: restarted, relinked and synced, or raised
-            metrics = self._revive(err)
-            if metrics is None:
-                raise
+        metrics = self._check_servers("a weight sync")  # a relink sends the current weights: it is this sync
+        if metrics is None:
+            try:
+                metrics = self.actor_rollout.sync_weights()
+            except Exception as err:  # a server died during the update: restarted, relinked and synced, or raised
+                metrics = self._revive(err)
+                if metrics is None:
+                    raise
         self._set_version(synced_version(metrics, self.weight_version))
         return metrics
 
@@ -146,6 +149,15 @@ class ServerModeRollout:
             self.servers.refresh_adapters()
         if self._token_generator is not None:  # turns generated from now on carry the new version
             self._token_generator.version = version
+
+    def _check_servers(self, before: str) -> list[dict[str, float]] | None:
+        """Before `before` (a rollout, a weight sync): probes every server's /health at once; those that do not
+        answer are marked down, and on the driver's thread the dead started ones are restarted and relinked
+        (`ServerSupervision.revive_idle`: its metrics, else None)."""
+        silent = self.servers.servers.probe_all()
+        if not silent or self.supervision is None or threading.current_thread() is not self._driver_thread:
+            return None
+        return self.supervision.revive_idle(silent, before)
 
     def _revive(self, error: BaseException) -> list[dict[str, float]] | None:
         """Restarts dead supervised servers (only on the driver's thread); None when nothing was restarted."""
