@@ -168,3 +168,20 @@ def test_off_the_drivers_thread_a_dead_server_is_only_marked_down():
     thread.start()
     thread.join()
     assert list(pool.down()) == [0] and relinks == [] and servers[0].restarted == 0
+
+
+def test_a_background_rollouts_failure_is_recovered_on_the_drivers_thread_when_a_restart_explains_it():
+    servers = [FakeServer("server 0")]
+    supervision, pool, relinks = supervised(servers)
+    handle = ServerModeRollout(None, FakeActorRollout(), FakeServerRollout(pool), servers, supervision=supervision)
+    servers[0].up = servers[0].process_runs = False
+    cause = ServerError("no rollout server is up: server 0: ConnectError", transport=True)
+    try:
+        raise ServerError("rollout failed: no rollout server is up\n--- server 0 exited; its log ends:\n...") from cause
+    except ServerError as failed:
+        error = failed
+    assert handle.recover(error, restarts_at_launch=0) == 2  # restarted now: the relink's version
+    assert servers[0].restarted == 1 and relinks == [1] and handle.restarts == 1
+    assert handle.recover(error, restarts_at_launch=0) == 2  # a batch launched before that restart
+    assert handle.recover(error, restarts_at_launch=1) is None  # launched after it: no restart explains it
+    assert handle.recover(ValueError("a bug"), restarts_at_launch=0) is None
