@@ -178,7 +178,8 @@ def test_a_server_dying_in_the_background_is_restarted_on_the_trainers_thread_an
     trained.extend(first.batch.meta_info["prompt_ids"])
     prefetcher.drain()
     assert recovery.restarts == 1 and recovery.threads == ["MainThread"]
-    assert generations[:3] == [0, 1, 2] and sorted(generations[3:]) == [1, 2]  # 1 and 2 again, after the restart
+    # 1 and 2 again, in order, after the restart (step 2's first try may have been cancelled before it started)
+    assert generations[:2] == [0, 1] and generations[-2:] == [1, 2] and generations.count(1) == 2
     for step in (1, 2, 3):
         got = prefetcher.next(step, version=step)
         trained.extend(got.batch.meta_info["prompt_ids"])
