@@ -12,8 +12,8 @@
   `on_unresponsive(index)` (when given; the trainer stops a server it started, so that its requests fail at once
   and it is restarted) hears of it.
 - Between rollouts (before each rollout and weight sync, `probe_all`), the trainer probes every server's /health at
-  once with IDLE_PROBE_TIMEOUT_S: an idle server that does not answer is marked down before any request meets it
-  (the monitor above only watches while requests are in flight).
+  once, two tries of IDLE_PROBE_TIMEOUT_S: an idle server that does not answer is marked down before any request
+  meets it (the monitor above only watches while requests are in flight).
 - Deadline: every attempt's read timeout is what is left of `request_timeout_s` since the request's first attempt,
   so a request that cannot make progress fails within request_timeout_s (plus one connect timeout) naming the
   server; a 4xx answer or a timeout is not retried.
@@ -139,7 +139,9 @@ class ServerPool:
     def probe_all(self, timeout_s: float = IDLE_PROBE_TIMEOUT_S) -> dict[int, str]:
         """Probes every server's /health at once (module doc): those that answer within `timeout_s` are up, the
         others marked down; index -> why it is down, for each that did not answer."""
-        answers = list(self._prober.map(lambda client: client.healthy(timeout_s), self.clients))
+        # Twice: a dead server refuses at once, and a busy machine may delay one answer past a short timeout.
+        answers = list(self._prober.map(lambda client: client.healthy(timeout_s) or client.healthy(timeout_s),
+                                        self.clients))
         for index, answered in enumerate(answers):
             if answered:
                 self.mark_up(index)
