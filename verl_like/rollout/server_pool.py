@@ -11,6 +11,9 @@
   HEALTH_TIMEOUT_S); a server that misses MONITOR_MISSES probes in a row stopped answering: it is marked down and
   `on_unresponsive(index)` (when given; the trainer stops a server it started, so that its requests fail at once
   and it is restarted) hears of it.
+- Between rollouts (before each rollout and weight sync, `probe_all`), the trainer probes every server's /health at
+  once, two tries of IDLE_PROBE_TIMEOUT_S: an idle server that does not answer is marked down before any request
+  meets it (the monitor above only watches while requests are in flight).
 - Deadline: every attempt's read timeout is what is left of `request_timeout_s` since the request's first attempt,
   so a request that cannot make progress fails within request_timeout_s (plus one connect timeout) naming the
   server; a 4xx answer or a timeout is not retried.
@@ -22,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +37,9 @@ MAX_BACKOFF_S = 8.0
 HEALTH_PERIOD_S = 2.0
 HEALTH_TIMEOUT_S = 5.0
 MONITOR_MISSES = 3
+# An idle server answers /health in milliseconds; a silent one is probed again (ServerSupervision.dead) before the
+# trainer restarts it, so a short timeout costs no false restart.
+IDLE_PROBE_TIMEOUT_S = 3.0
 
 
 def retryable(err: ServerError) -> bool:
@@ -74,11 +81,13 @@ class ServerPool:
         self._probed = [0.0] * len(clients)
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._prober = ThreadPoolExecutor(max_workers=len(clients), thread_name_prefix="rollout-probe")
         self._monitor = threading.Thread(target=self._watch, name="rollout-health", daemon=True)
         self._monitor.start()
 
     def close(self) -> None:
         self._closed.set()
+        self._prober.shutdown(wait=False, cancel_futures=True)
 
     def _watch(self) -> None:
         """The monitor thread (module doc)."""
@@ -126,6 +135,20 @@ class ServerPool:
             self._probed[index] = now
             if self.clients[index].healthy(HEALTH_TIMEOUT_S):
                 self.mark_up(index)
+
+    def probe_all(self, timeout_s: float = IDLE_PROBE_TIMEOUT_S) -> dict[int, str]:
+        """Probes every server's /health at once (module doc): those that answer within `timeout_s` are up, the
+        others marked down; index -> why it is down, for each that did not answer."""
+        # Twice: a dead server refuses at once, and a busy machine may delay one answer past a short timeout.
+        answers = list(self._prober.map(lambda client: client.healthy(timeout_s) or client.healthy(timeout_s),
+                                        self.clients))
+        for index, answered in enumerate(answers):
+            if answered:
+                self.mark_up(index)
+            else:
+                self.mark_down(index, f"no answer on /health within {timeout_s:g} s between rollouts")
+        down = self.down()
+        return {index: down[index] for index, answered in enumerate(answers) if not answered and index in down}
 
     def _acquire(self, avoid: int | None, prefer: int | None = None) -> int:
         """The index of `prefer` when it is up, else of the up server with the fewest requests in flight (not

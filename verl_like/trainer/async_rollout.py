@@ -12,7 +12,13 @@ batch of step t+1 is being generated while step t computes log-probs and updates
   requests during the update (vLLM's pause "keep") and they count as generated with the version they started on;
 - prompts are drawn from the loader at launch, on the trainer's thread; each launch records the loader's state
   before its draw, so a checkpoint stores the position of the first batch not yet trained on (a resumed run
-  regenerates the pending batches: no prompt is lost or repeated).
+  regenerates the pending batches: no prompt is lost or repeated);
+- a background generation that failed because a started server died is not restarted there (a restart relinks the
+  actor group, a worker-group call only the trainer's thread may make): when the trainer's thread takes the batch
+  (`next`, `drain`), `recovery.recover` restarts the server there, and every launched batch is generated again in
+  order with the weights the servers then hold (recorded with that version), as the synchronous path regenerates a
+  broken rollout whole. Only a failure that a restart explains (one now, or one since the batch was launched) is
+  regenerated, so the restarts' cap (server.max_restarts) bounds it.
 """
 
 from __future__ import annotations
@@ -23,11 +29,24 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from verl_like.protocol import DataProto
 
 logger = logging.getLogger(__name__)
+
+
+class BackgroundRecovery(Protocol):
+    """What restarts servers for the background thread (trainer/rollout_handle.py:ServerModeRollout)."""
+
+    @property
+    def restarts(self) -> int:
+        """Server restarts so far this run."""
+
+    def recover(self, error: BaseException, restarts_at_launch: int) -> int | None:
+        """On the trainer's thread, after a background generation failed with `error`: the policy version the
+        servers hold once the dead ones are restarted, or None when no restart (now or since `restarts_at_launch`)
+        explains the failure."""
 
 
 @dataclass
@@ -36,6 +55,8 @@ class _Pending:
     version: int
     loader_state: dict[str, Any]
     future: Future
+    prompts: DataProto
+    restarts: int  # server restarts when it was launched
 
 
 @dataclass(frozen=True)
@@ -55,14 +76,17 @@ class RolloutPrefetcher:
 
     generate(prompts, step) -> batch: generates `prompts` for `step` (seeded by step), in the background thread.
     loader: the prompt loader (`next_batch`, `state_dict`). staleness: K. total_steps: nothing is launched past it.
+    recovery: restarts dead servers for failed batches (module doc); None raises every failure.
     """
 
     def __init__(self, generate: Callable[[DataProto, int], DataProto], loader: Any, staleness: int,
-                 start_step: int, total_steps: int) -> None:
+                 start_step: int, total_steps: int, recovery: BackgroundRecovery | None = None) -> None:
         self.generate = generate
         self.loader = loader
         self.staleness = staleness
         self.total_steps = total_steps
+        self.recovery = recovery
+        self._regenerations = 0
         self._next_step = start_step
         self._pending: collections.deque[_Pending] = collections.deque()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-prefetch")
@@ -75,13 +99,46 @@ class RolloutPrefetcher:
             state = self.loader.state_dict()
             prompts = self.loader.next_batch()
             future = self._thread.submit(self._produce, prompts, step)
-            self._pending.append(_Pending(step, version, state, future))
+            self._pending.append(_Pending(step, version, state, future, prompts, self._restarts()))
             self._next_step += 1
 
     def _produce(self, prompts: DataProto, step: int) -> tuple[DataProto, float]:
         start = time.perf_counter()
         batch = self.generate(prompts, step)
         return batch, time.perf_counter() - start
+
+    def _restarts(self) -> int:
+        return self.recovery.restarts if self.recovery is not None else 0
+
+    def _result(self, pending: _Pending) -> tuple[DataProto, float]:
+        """`pending`'s batch and generation time; a failure that a server restart explains regenerates every
+        launched batch (module doc), others raise."""
+        while True:
+            try:
+                return pending.future.result()
+            except Exception as err:
+                version = self.recovery.recover(err, pending.restarts) if self.recovery is not None else None
+                if version is None:
+                    raise
+                logger.warning("async rollout: the batch of step %d failed (%s); generating the %d launched batch(es) "
+                               "again with weight version %d", pending.step, str(err).splitlines()[0][:300],
+                               len(self._pending), version)
+                self._regenerate(version)
+
+    def _regenerate(self, version: int) -> None:
+        """Every launched batch again, in order, recorded as generated with `version`; the one still running is
+        waited for and dropped (its samples may mix the old server's and the restarted one's)."""
+        for pending in self._pending:
+            if not pending.future.cancel():
+                try:
+                    pending.future.result()
+                except Exception as err:  # what failed is regenerated below
+                    logger.debug("async rollout: dropping the failed batch of step %d: %s", pending.step, err)
+        self._regenerations += 1
+        restarts = self._restarts()
+        for pending in self._pending:
+            pending.future = self._thread.submit(self._produce, pending.prompts, pending.step)
+            pending.version, pending.restarts = version, restarts
 
     def next(self, step: int, version: int) -> PrefetchedBatch:
         """The batch of `step` (0-based: `step` steps are done; launching it first if needed), checked to lag the
@@ -90,9 +147,9 @@ class RolloutPrefetcher:
         if not self._pending or self._pending[0].step != step:
             raise RuntimeError(f"async rollout: asked for step {step}, next launched is "
                                f"{self._pending[0].step if self._pending else None}")
-        pending = self._pending.popleft()
         start = time.perf_counter()
-        batch, generate_s = pending.future.result()
+        batch, generate_s = self._result(self._pending[0])
+        pending = self._pending.popleft()
         wait_s = time.perf_counter() - start
         lag = version - pending.version
         if not 0 <= lag <= self.staleness:
@@ -105,9 +162,12 @@ class RolloutPrefetcher:
         """Waits until every launched generation has finished (before a weight sync); returns the seconds waited.
         A failed generation raises here."""
         start = time.perf_counter()
-        for pending in self._pending:
-            pending.future.result()
-        return time.perf_counter() - start
+        while True:  # a regeneration resubmits the batches already waited for too: wait again
+            regenerations = self._regenerations
+            for pending in self._pending:
+                self._result(pending)
+            if self._regenerations == regenerations:
+                return time.perf_counter() - start
 
     def loader_state(self) -> dict[str, Any]:
         """The loader's state before the first batch not yet trained on (what a checkpoint stores)."""

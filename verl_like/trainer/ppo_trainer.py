@@ -476,7 +476,8 @@ class PPOTrainer:
         total = self._c.total_training_steps
         if self.config.async_training.enable:
             self._prefetcher = RolloutPrefetcher(self._rollout, self._c.train_loader,
-                                                 self.config.async_training.staleness, self.global_step, total)
+                                                 self.config.async_training.staleness, self.global_step, total,
+                                                 recovery=self._c.rollout)
         progress = Progress(total=total, start=self.global_step)
         tool_watch = ToolCallWatch(self.config.actor_rollout_ref.rollout.multi_turn)
         self.record = record = RunRecord(first_step=self.global_step, last_step=self.global_step)

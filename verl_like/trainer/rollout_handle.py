@@ -50,6 +50,12 @@ class ColocatedRollout:
     def generate(self, prompts: DataProto) -> DataProto:
         return self.actor_rollout.generate_sequences(prompts)
 
+    restarts = 0  # in-process engines die with their workers (trainer.max_restarts restarts those)
+
+    def recover(self, error: BaseException, restarts_at_launch: int) -> int | None:
+        """Nothing to restart here (trainer/async_rollout.py:BackgroundRecovery): the error is raised."""
+        return None
+
     def sync_weights(self) -> list[dict[str, float]]:
         metrics = self.actor_rollout.sync_weights()
         self.weight_version = synced_version(metrics, self.weight_version)
@@ -97,13 +103,15 @@ class ServerModeRollout:
         self._token_generator.version = self.weight_version
 
     def generate(self, prompts: DataProto) -> DataProto:
-        """Same meta_info as `ActorRolloutWorker.generate_sequences`: a GenerationRequest. On the driver's thread,
-        a rollout that failed because a supervised server died is generated again after its restart."""
+        """Same meta_info as `ActorRolloutWorker.generate_sequences`: a GenerationRequest. Every server's /health is
+        probed first (`_check_servers`); on the driver's thread, a rollout that failed because a supervised server
+        died is generated again after its restart."""
         from verl_like.experimental.agent_loop.engine_rollout import rows_use_agent_loops
 
         sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(self.config)
         from verl_like.rollout.server_client import ServerError
 
+        self._check_servers("a rollout")
         while True:
             try:
                 if self._serves_adapters:  # the adapter the last sync (or relink) activated (rollout/server_lora.py)
@@ -126,12 +134,14 @@ class ServerModeRollout:
         return out
 
     def sync_weights(self) -> list[dict[str, float]]:
-        try:
-            metrics = self.actor_rollout.sync_weights()
-        except Exception as err:  # a server died during the update: restarted, relinked and synced, or raised
-            metrics = self._revive(err)
-            if metrics is None:
-                raise
+        metrics = self._check_servers("a weight sync")  # a relink sends the current weights: it is this sync
+        if metrics is None:
+            try:
+                metrics = self.actor_rollout.sync_weights()
+            except Exception as err:  # a server died during the update: restarted, relinked and synced, or raised
+                metrics = self._revive(err)
+                if metrics is None:
+                    raise
         self._set_version(synced_version(metrics, self.weight_version))
         return metrics
 
@@ -146,6 +156,40 @@ class ServerModeRollout:
             self.servers.refresh_adapters()
         if self._token_generator is not None:  # turns generated from now on carry the new version
             self._token_generator.version = version
+
+    @property
+    def restarts(self) -> int:
+        """Server restarts so far this run."""
+        return self.supervision.restarts if self.supervision is not None else 0
+
+    def recover(self, error: BaseException, restarts_at_launch: int) -> int | None:
+        """The asynchronous driver's background rollout failed with `error` (trainer/async_rollout.py; called on the
+        driver's thread): restarts the dead started servers and relinks, as a rollout on the driver's thread does.
+        Returns the policy version the servers hold, or None when no restart, now or since `restarts_at_launch`,
+        explains the failure (the caller raises `error`)."""
+        from verl_like.rollout.server_client import ServerError
+
+        if self.supervision is None or not isinstance(error, ServerError):
+            return None
+        seen = error.__cause__ or error  # generate's "rollout failed: ..." carries server logs after the cause
+        try:
+            metrics = self._revive(seen)
+        except ServerError as capped:  # past server.max_restarts
+            raise ServerError(f"rollout failed: {capped}{self._server_logs()}") from error
+        if metrics is not None:
+            self._set_version(synced_version(metrics, self.weight_version))
+        elif self.supervision.restarts == restarts_at_launch:
+            return None
+        return self.weight_version
+
+    def _check_servers(self, before: str) -> list[dict[str, float]] | None:
+        """Before `before` (a rollout, a weight sync): probes every server's /health at once; those that do not
+        answer are marked down, and on the driver's thread the dead started ones are restarted and relinked
+        (`ServerSupervision.revive_idle`: its metrics, else None)."""
+        silent = self.servers.servers.probe_all()
+        if not silent or self.supervision is None or threading.current_thread() is not self._driver_thread:
+            return None
+        return self.supervision.revive_idle(silent, before)
 
     def _revive(self, error: BaseException) -> list[dict[str, float]] | None:
         """Restarts dead supervised servers (only on the driver's thread); None when nothing was restarted."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -62,8 +63,15 @@ def uninterrupted(cache_dir, tmp_path_factory) -> Path:
     """The run directory of the ci_smoke job made resumable (4 steps, validated at 2 and 4, checkpointed at 2 and 4),
     run straight through: the smoke test checks what it logged, the interrupted runs must reproduce it once resumed."""
     straight = tmp_path_factory.mktemp("straight")
-    _run([*RESUMABLE, f"trainer.default_local_dir={straight}"], cache_dir)
+    _run([*RESUMABLE, f"trainer.default_local_dir={straight}", f"trainer.rollout_data_dir={straight / 'rollouts'}"],
+         cache_dir)
     return straight
+
+
+def read_dumps(directory: Path) -> dict[int, list[dict]]:
+    """step -> the records of <directory>/<step>.jsonl (trainer.rollout_data_dir)."""
+    return {int(path.stem): [json.loads(line) for line in path.read_text().splitlines()]
+            for path in directory.glob("*.jsonl")}
 
 
 def test_ci_smoke_job_trains_validates_and_logs(uninterrupted):
@@ -155,10 +163,12 @@ def test_a_killed_worker_restarts_the_run_from_its_checkpoint_in_the_same_proces
                                                                                  uninterrupted):
     """trainer.max_restarts=1: kill -9 of an FSDP worker (vLLM inside) once step 2 and its checkpoint are written;
     the driver starts the groups again in the same process, resumes from step 2 and finishes: every logged step
-    (those before the kill, and the steps trained again) equals the uninterrupted run's; nothing is left."""
+    (those before the kill, and the steps trained again) equals the uninterrupted run's, and so do its rollout dumps
+    (trainer.rollout_data_dir): no sample is lost or repeated across the restart; nothing is left."""
     run = tmp_path / "restarted"
     metrics = run / "metrics.jsonl"
-    proc = _main_ppo([*RESUMABLE, "trainer.max_restarts=1", f"trainer.default_local_dir={run}"], cache_dir)
+    proc = _main_ppo([*RESUMABLE, "trainer.max_restarts=1", f"trainer.default_local_dir={run}",
+                      f"trainer.rollout_data_dir={run / 'rollouts'}"], cache_dir)
     try:
         _wait_for_step(proc, metrics, 2)  # the step-2 checkpoint is written before step 2 is logged
         workers = [row.split(None, 2)[0] for row in _session_processes(proc.pid) if "WorkerHost" in row]
@@ -173,6 +183,19 @@ def test_a_killed_worker_restarts_the_run_from_its_checkpoint_in_the_same_proces
     expected = {r["step"]: r for r in read_metrics(uninterrupted / "metrics.jsonl")}
     _assert_every_step_matches(metrics, expected)
     assert [r["step"] for r in read_metrics(metrics)][-2:] == [3, 4]
+    # Each step's dump (step 3's rewritten by the restarted groups) holds the uninterrupted run's samples (uids are
+    # random per run); over the 4 steps every prompt row is trained once, in groups of rollout.n.
+    dumps, straight = read_dumps(run / "rollouts"), read_dumps(uninterrupted / "rollouts")
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == [f"{step}.jsonl" for step in range(1, 5)]
+
+    def samples(records):
+        return sorted((r["index"], r["input"], r["output"], r["score"], r["weight_version"]) for r in records)
+
+    assert {step: samples(records) for step, records in dumps.items()} == {
+        step: samples(records) for step, records in straight.items()}
+    rows = [row for step in range(1, 5) for row in sorted({r["index"] for r in dumps[step]})]
+    assert len(rows) == len(set(rows)) == 4 * 8, rows  # 4 disjoint batches of train_batch_size=8 prompts
+    assert all(len({r["uid"] for r in dumps[step]}) == 8 for step in dumps)
     _assert_no_process_left(proc.pid)
 
 

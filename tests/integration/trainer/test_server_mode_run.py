@@ -15,8 +15,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import signal
 import sys
 import time
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from test_main_ppo import DETERMINISTIC, _main_ppo, _run
+from test_main_ppo import DETERMINISTIC, _main_ppo, _run, read_dumps
 
 from verl_like.config.loader import load_config
 from verl_like.utils.tracking import read_metrics
@@ -158,8 +158,9 @@ SERVER = ["actor_rollout_ref.rollout.mode=server"]
 
 def test_a_killed_server_is_restarted_and_the_run_matches_the_uninterrupted_one(cache_dir, tmp_path, vllm_server,
                                                                                 external_server_job):
-    """kill -9 of the server the trainer started, once step 1 is logged: it is restarted on its bundle and port,
-    receives the current weights, and the rollout or sync it broke runs again; the steps after the kill equal the
+    """kill -9 of the server the trainer started, once step 1 is logged: it is restarted on its bundle and port
+    (found by the /health check before the next rollout or sync, or by the rollout or sync it broke, which then runs
+    again), receives the current weights and passes the sync check; the steps after the kill equal the
     uninterrupted external-server job's (same seeds, same weights), and no vLLM process is left."""
     before = vllm_processes()  # the session's server
     proc = _main_ppo([*SERVER, "trainer.test_freq=5", "trainer.total_training_steps=4",
@@ -173,10 +174,17 @@ def test_a_killed_server_is_restarted_and_the_run_matches_the_uninterrupted_one(
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out[-6000:]
     assert "restarted server 0 (http://127.0.0.1:" in out, out[-6000:]
+    # The relink's full sync ran the sync check against the new server, and it passed (fp32: gap ~1e-6); every
+    # later sync's check (rollout/sync_check_gap) is against the new server too. A wrong weight fails the check:
+    # tests/unit/trainer/test_server_supervision.py::test_a_relink_whose_sync_check_fails_ends_the_run.
+    relinked = re.findall(r"sent the current weights to every server again \(full sync\) in [\d.]+ s; sync check "
+                          r"gap (\S+)", out)
+    assert len(relinked) == 1 and float(relinked[0]) < 1e-3, relinked
     records = read_metrics(tmp_path / "metrics.jsonl")
     trained = [r for r in records if r["step"] > 0]
     assert [r["step"] for r in trained] == [1, 2, 3, 4]
     assert trained[0]["rollout/server_restarts"] == 0.0 and trained[-1]["rollout/server_restarts"] == 1.0
+    assert all(r["rollout/sync_check_gap"] < 1e-3 for r in trained), [r["rollout/sync_check_gap"] for r in trained]
     expected = {r["step"]: r for r in read_metrics(external_server_job / "metrics.jsonl")}
     for have in trained:
         for key in DETERMINISTIC:
@@ -252,12 +260,6 @@ def test_async_run_counts_one_version_per_sync_with_several_optimizer_steps_per_
     dumped = {step: {record["weight_version"] for record in records} for step, records in read_dumps(dumps).items()}
     assert dumped == {r["step"]: {r["async/weight_version"]} for r in trained}, dumped
     assert ServerClient(vllm_server, "probe").request("GET", "/weight_info")["weight_version"] == str(steps)
-
-
-def read_dumps(directory: Path) -> dict[int, list[dict]]:
-    """step -> the records of <directory>/<step>.jsonl (trainer.rollout_data_dir)."""
-    return {int(path.stem): [json.loads(line) for line in path.read_text().splitlines()]
-            for path in directory.glob("*.jsonl")}
 
 
 class _Rows:

@@ -212,3 +212,22 @@ def test_a_sessions_turns_stick_to_their_server_and_move_when_it_goes_down():
     assert sticky["a"] == 1 and list(pool.down()) == [0]
     pool.complete([1, 2, 3, 4], {}, sticky=sticky, session="a")
     assert [len(s.calls) for s in servers] == [5, 5]
+
+
+def test_between_rollouts_every_server_is_probed_at_once_and_the_silent_ones_marked_down():
+    class SlowHealth(FakeClient):
+        def healthy(self, timeout_s=5.0):
+            self.probed_with = timeout_s
+            time.sleep(0.3)
+            return self.is_healthy
+
+    clients = [SlowHealth("server 0"), SlowHealth("server 1", healthy=False), SlowHealth("server 2")]
+    pool = ServerPool(clients, request_timeout_s=30)
+    start = time.monotonic()
+    silent = pool.probe_all(timeout_s=1.5)
+    assert time.monotonic() - start < 1.0  # in parallel (the silent one is probed twice): not 0.3 + 0.6 + 0.3 s
+    assert silent == {1: "no answer on /health within 1.5 s between rollouts"} and list(pool.down()) == [1]
+    assert {client.probed_with for client in clients} == {1.5}
+    clients[1].is_healthy = True  # back: the next probe marks it up
+    assert pool.probe_all() == {} and pool.down() == {}
+    pool.close()

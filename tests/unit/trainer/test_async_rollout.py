@@ -131,3 +131,74 @@ def test_a_batch_staler_than_k_versions_is_refused():
     with pytest.raises(RuntimeError, match="2 versions behind 2"):
         prefetcher.next(1, version=2)  # two syncs in one step would break the bound
     prefetcher.close()
+
+
+class FakeRecovery:
+    """Restarts the dead server on the trainer's thread: `recover` answers `version` when the server is dead (and
+    restarts it) or a restart happened since the batch's launch, else None."""
+
+    def __init__(self, version: int) -> None:
+        self.version, self.restarts, self.server_dead = version, 0, False
+        self.threads: list[str] = []
+
+    def recover(self, error, restarts_at_launch):
+        self.threads.append(threading.current_thread().name)
+        if self.server_dead:
+            self.server_dead = False
+            self.restarts += 1
+            return self.version
+        return self.version if self.restarts > restarts_at_launch else None
+
+
+def dying_server(recovery: FakeRecovery, dies_at: int, generations: list[int]):
+    """A generator whose server dies while it generates step `dies_at` (that attempt and those after it fail
+    until the trainer's thread restarts it)."""
+
+    def generate(prompts, step):
+        generations.append(step)
+        if step == dies_at and not recovery.restarts:
+            recovery.server_dead = True
+        if recovery.server_dead:
+            raise ConnectionError("server 0 is gone")
+        return generated(prompts, step)
+
+    return generate
+
+
+def test_a_server_dying_in_the_background_is_restarted_on_the_trainers_thread_and_the_batches_regenerated():
+    """Staleness 2: the server dies while step 1 generates, step 2's batch fails after it. At the drain (the trainer's
+    thread) the server is restarted once, and both batches are generated again in order with the version the
+    restarted server holds; the data order is unchanged."""
+    recovery = FakeRecovery(version=1)
+    generations: list[int] = []
+    prefetcher = RolloutPrefetcher(dying_server(recovery, 1, generations), CountingLoader(), 2, start_step=0,
+                                   total_steps=4, recovery=recovery)
+    trained: list[int] = []
+    first = prefetcher.next(0, version=0)  # launches steps 1 and 2 in the background
+    trained.extend(first.batch.meta_info["prompt_ids"])
+    prefetcher.drain()
+    assert recovery.restarts == 1 and recovery.threads == ["MainThread"]
+    # 1 and 2 again, in order, after the restart (step 2's first try may have been cancelled before it started)
+    assert generations[:2] == [0, 1] and generations[-2:] == [1, 2] and generations.count(1) == 2
+    for step in (1, 2, 3):
+        got = prefetcher.next(step, version=step)
+        trained.extend(got.batch.meta_info["prompt_ids"])
+        if step < 3:
+            assert got.version == 1  # regenerated with the restarted server's weights, not the launch's
+    prefetcher.close()
+    assert trained == list(range(8))
+
+
+def test_a_background_failure_no_restart_explains_raises():
+    recovery = FakeRecovery(version=0)
+
+    def generate(prompts, step):
+        if step == 1:
+            raise ConnectionError("HTTP 400 from server 0")
+        return generated(prompts, step)
+
+    prefetcher = RolloutPrefetcher(generate, CountingLoader(), 1, start_step=0, total_steps=4, recovery=recovery)
+    prefetcher.next(0, version=0)
+    with pytest.raises(ConnectionError, match="HTTP 400"):
+        prefetcher.next(1, version=1)
+    prefetcher.close()
