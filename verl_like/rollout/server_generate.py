@@ -112,17 +112,30 @@ async def generate_route(request: Any, call_next: Any) -> Any:
         lora_request = lora_request_for(request.app, body.get("lora_name"))
     except (KeyError, TypeError, ValueError) as err:
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
-    engine = request.app.state.engine_client
+    final = await generate_to_end(request.app.state.engine_client, {"prompt_token_ids": prompt}, params,
+                                  f"verl_like-{uuid.uuid4().hex}", lora_request)
+    if isinstance(final, JSONResponse):
+        return final
+    return JSONResponse({"samples": encode_output(final)})
+
+
+async def generate_to_end(engine: Any, inputs: dict[str, Any], params: Any, request_id: str, lora_request: Any,
+                          bad_input: tuple[type[Exception], ...] = (), route: str = ROUTE) -> Any:
+    """The request's final output, or the JSONResponse of its failure: 400 for `bad_input` errors (vLLM refused
+    the inputs: not retried), 500 otherwise (the engine failed: the client retries and raises naming the server)."""
+    from starlette.responses import JSONResponse
+
     final = None
     try:
-        async for output in engine.generate({"prompt_token_ids": prompt}, params, f"verl_like-{uuid.uuid4().hex}",
-                                            lora_request=lora_request):
+        async for output in engine.generate(inputs, params, request_id, lora_request=lora_request):
             final = output
+    except bad_input as err:
+        return JSONResponse({"error": f"bad {route} request: {type(err).__name__}: {err}"}, status_code=400)
     except Exception as err:  # the engine died or refused the request: the client raises naming this server
         return JSONResponse({"error": f"generation failed: {type(err).__name__}: {err}"}, status_code=500)
     if final is None:
         return JSONResponse({"error": "generation ended without an output"}, status_code=500)
-    return JSONResponse({"samples": encode_output(final)})
+    return final
 
 
 async def fault_route(request: Any) -> Any:

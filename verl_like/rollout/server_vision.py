@@ -95,7 +95,7 @@ async def vision_route(request: Any) -> Any:
 
     from starlette.responses import JSONResponse
 
-    from verl_like.rollout.server_generate import encode_array, encode_output, sampling_params
+    from verl_like.rollout.server_generate import encode_array, encode_output, generate_to_end, sampling_params
     from verl_like.rollout.server_lora import lora_request_for
 
     if request.method == "GET":
@@ -110,17 +110,11 @@ async def vision_route(request: Any) -> Any:
     except (KeyError, TypeError, ValueError, OSError) as err:
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
     inputs = {"prompt_token_ids": prompt, "multi_modal_data": {"image": images}}
-    final = None
-    try:
-        async for output in engine.generate(inputs, sampling, f"verl_like-mm-{uuid.uuid4().hex}",
-                                            lora_request=lora_request):
-            final = output
-    except ValueError as err:  # vLLM refused the inputs (an image it cannot read, too long a prompt): no retry
-        return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
-    except Exception as err:  # the engine failed: the client retries and raises naming this server
-        return JSONResponse({"error": f"generation failed: {type(err).__name__}: {err}"}, status_code=500)
-    if final is None:
-        return JSONResponse({"error": "generation ended without an output"}, status_code=500)
+    # A ValueError: vLLM refused the inputs (an image it cannot read, too long a prompt): 400, no retry.
+    final = await generate_to_end(engine, inputs, sampling, f"verl_like-mm-{uuid.uuid4().hex}", lora_request,
+                                  bad_input=(ValueError,), route=ROUTE)
+    if isinstance(final, JSONResponse):
+        return final
     return JSONResponse({"prompt_token_ids": encode_array(list(final.prompt_token_ids), "<i4"),
                          "samples": encode_output(final)})
 
