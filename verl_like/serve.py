@@ -38,7 +38,9 @@ EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
 GENERATE_MIDDLEWARE = "verl_like.rollout.server_generate.generate_route"  # POST /verl_like/generate
 ADAPTER_MIDDLEWARE = "verl_like.rollout.server_lora.adapter_route"  # /verl_like/adapter (LoRA, with --enable-lora)
 GLOO_BACKEND = "verl_like_gloo"
-BACKENDS = {"gloo": GLOO_BACKEND, "ipc": "ipc"}  # rollout.server.weight_transfer -> vLLM's engine name
+# rollout.server.weight_transfer -> the engine's registered name (both in rollout/server_extension.py; "verl_like_ipc"
+# is vLLM's ipc engine loading through a LoRA server's base layers)
+BACKENDS = {"gloo": GLOO_BACKEND, "ipc": "verl_like_ipc"}
 SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
 
 

