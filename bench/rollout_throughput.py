@@ -33,7 +33,7 @@ from transformers import AutoConfig
 from verl_like.engine.config import EngineConfig
 from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
 from verl_like.protocol import DataProto
-from verl_like.resharding.layout import ModelShape
+from verl_like.shapes.layout import ModelShape
 from verl_like.resharding.sync import SlicedWeightSync, new_sync_group
 from verl_like.rollout.base import SamplingConfig
 from verl_like.utils.device import is_cuda_available

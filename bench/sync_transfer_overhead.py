@@ -20,7 +20,7 @@ import time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from verl_like.resharding.layout import ModelShape
+from verl_like.shapes.layout import ModelShape
 from verl_like.resharding.plan import build_sync_plan, param_specs
 from verl_like.resharding.transfer import SlicedTransfer
 

@@ -34,7 +34,7 @@ def main() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from verl_like.models.tiny import TinyModelSpec, build_tiny_model
-    from verl_like.resharding.layout import ModelShape
+    from verl_like.shapes.layout import ModelShape
     from verl_like.resharding.plan import param_specs
     from verl_like.rollout.vllm_slice_loader import VLLMSliceLoader
     from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine

@@ -33,7 +33,7 @@ from transformers import AutoConfig
 
 from verl_like.engine.config import EngineConfig
 from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
-from verl_like.resharding.layout import ModelShape
+from verl_like.shapes.layout import ModelShape
 from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync, new_sync_group
 from verl_like.utils.device import is_cuda_available
 from verl_like.utils.env import apply_default_env

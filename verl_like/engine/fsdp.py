@@ -248,7 +248,7 @@ class FSDPEngine(TrainEngine):
 
     def weight_holdings(self) -> WeightHoldings:
         """Dim-0 shards in torch.chunk layout over the mesh's ranks (trailing ranks may hold none)."""
-        from verl_like.resharding.layout import Box
+        from verl_like.shapes.layout import Box
 
         world = dist.get_world_size()
         mesh_ranks = [int(r) for r in self.mesh.mesh.flatten().tolist()]

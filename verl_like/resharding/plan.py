@@ -22,26 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl_like.resharding.layout import Box, ModelShape, ParamLayout, Placement, check_full_shape, param_layout
-from verl_like.resharding.layout import tp_slice
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One parameter to sync: HF name, full shape, its vLLM layout, bytes per element on the wire."""
-
-    name: str
-    shape: tuple[int, ...]
-    layout: ParamLayout
-    element_size: int
-
-    @property
-    def row_bytes(self) -> int:
-        return (self.shape[1] if len(self.shape) == 2 else 1) * self.element_size
-
-    @property
-    def nbytes(self) -> int:
-        return self.shape[0] * self.row_bytes
+from verl_like.shapes.layout import Box, ModelShape, ParamSpec, Placement, check_full_shape, param_layout, tp_slice
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from verl_like.engine.base import TrainEngine
-from verl_like.resharding.layout import ModelShape
+from verl_like.shapes.layout import ModelShape
 from verl_like.resharding.plan import SyncPlan, build_sync_plan, param_specs
 from verl_like.resharding.transfer import SlicedTransfer, SyncStats
 from verl_like.resharding.transports.full import FullTensorTransport

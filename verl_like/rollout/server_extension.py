@@ -32,7 +32,7 @@ from vllm.distributed.weight_transfer.base import (
 )
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
-from verl_like.resharding.gloo import gloo_group
+from verl_like.utils.gloo import gloo_group
 
 logger = logging.getLogger(__name__)
 

@@ -23,10 +23,9 @@ from typing import Any, Callable
 
 import torch
 
-from verl_like.resharding.layout import ModelShape, Placement, fused_shard_rows, local_destination
-from verl_like.resharding.layout import UnknownLayoutError
-from verl_like.resharding.plan import ParamSpec
 from verl_like.rollout import vllm_compat
+from verl_like.shapes.layout import ModelShape, ParamSpec, Placement, UnknownLayoutError, fused_shard_rows
+from verl_like.shapes.layout import local_destination
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from verl_like.config.model import RefConfig  # noqa: E402
 from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
-from verl_like.resharding.layout import ModelShape  # noqa: E402
+from verl_like.shapes.layout import ModelShape  # noqa: E402
 from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
 from verl_like.rollout.from_config import sampling_config  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402

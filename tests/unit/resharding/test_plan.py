@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from verl_like.resharding.layout import Box, ModelShape, Placement, tp_slice
+from verl_like.shapes.layout import Box, ModelShape, Placement, tp_slice
 from verl_like.resharding.plan import build_sync_plan, fsdp_rows, param_specs
 
 SHAPE = ModelShape(num_attention_heads=4, num_key_value_heads=2, head_dim=4, hidden_size=16,

@@ -12,7 +12,7 @@ mlp.linear_fc1, mlp.linear_fc2}` (i counts the layers of one model chunk from 0)
 Norms are replicated. Pipeline stage p (of pp, with vpp model chunks each) holds global layers
 `chunk * L/vpp + p * L/(pp*vpp) + [0, L/(pp*vpp))` for each of its chunks (Megatron's even split).
 
-The HF side is the HF (unfused) layout: the pieces of a rank are rectangles (`resharding.layout.Box`) of the full
+The HF side is the HF (unfused) layout: the pieces of a rank are rectangles (`shapes.layout.Box`) of the full
 HF tensors, listed by `hf_boxes`.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from verl_like.resharding.layout import Box
+from verl_like.shapes.layout import Box
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 

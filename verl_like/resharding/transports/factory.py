@@ -10,7 +10,7 @@ import torch
 
 from verl_like.config.rollout import RolloutConfig
 from verl_like.engine.base import TrainEngine
-from verl_like.resharding.layout import ModelShape, UnknownLayoutError
+from verl_like.shapes.layout import ModelShape, UnknownLayoutError
 from verl_like.resharding.transports.base import WeightTransport
 from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine

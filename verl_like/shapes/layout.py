@@ -116,6 +116,24 @@ class ParamLayout:
 
 
 @dataclass(frozen=True)
+class ParamSpec:
+    """One parameter to sync: HF name, full shape, its vLLM layout, bytes per element on the wire."""
+
+    name: str
+    shape: tuple[int, ...]
+    layout: ParamLayout
+    element_size: int
+
+    @property
+    def row_bytes(self) -> int:
+        return (self.shape[1] if len(self.shape) == 2 else 1) * self.element_size
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.row_bytes
+
+
+@dataclass(frozen=True)
 class Box:
     """A rectangle of a full tensor: rows [row_start, row_stop) of dim 0 and, for 2-D tensors, columns
     [col_start, col_stop) of dim 1 (col_stop None: every column)."""

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from verl_like.resharding.layout import (
+from verl_like.shapes.layout import (
     ModelShape,
     Placement,
     UnknownLayoutError,
