@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl_like.shapes.layout import Box, ModelShape, ParamSpec, Placement, check_full_shape, param_layout, tp_slice
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.shapes.layout import Box, ParamSpec, Placement, check_full_shape, param_layout, tp_slice
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class SyncPlan:
     params: tuple[ParamSpec, ...]
     world_size: int
     tp_size: int
-    shape: ModelShape
+    shape: DecoderShape
     bucket_bytes: int
     buckets: tuple[Bucket, ...] = field(default=())
     holders: tuple[tuple[Box | None, ...], ...] = field(default=())
@@ -121,7 +122,7 @@ def fsdp_rows(rows: int, world_size: int, rank: int) -> tuple[int, int]:
 
 
 def param_specs(
-    named_shapes: list[tuple[str, tuple[int, ...]]], shape: ModelShape, element_size: int
+    named_shapes: list[tuple[str, tuple[int, ...]]], shape: DecoderShape, element_size: int
 ) -> tuple[ParamSpec, ...]:
     """ParamSpecs for the HF parameters in training order; tied lm_head dropped. Raises UnknownLayoutError."""
     specs = []
@@ -160,7 +161,7 @@ def build_sync_plan(
     params: tuple[ParamSpec, ...],
     world_size: int,
     tp_size: int,
-    shape: ModelShape,
+    shape: DecoderShape,
     bucket_bytes: int,
     holders: tuple[tuple[Box | None, ...], ...] | None = None,
 ) -> SyncPlan:

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from verl_like.engine.base import TrainEngine
-from verl_like.shapes.layout import ModelShape
+from verl_like.shapes.decoder import DecoderShape
 from verl_like.resharding.plan import SyncPlan, build_sync_plan, param_specs
 from verl_like.resharding.transfer import SlicedTransfer, SyncStats
 from verl_like.resharding.transports.full import FullTensorTransport
@@ -37,7 +37,7 @@ class SlicedWeightSync:
         self,
         engine: TrainEngine,
         rollout: RolloutEngine,
-        shape: ModelShape,
+        shape: DecoderShape,
         bucket_bytes: int,
         timeout_s: float,
         group: dist.ProcessGroup | None = None,

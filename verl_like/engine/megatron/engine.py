@@ -108,7 +108,7 @@ class MegatronEngine(TrainEngine):
         self.hf_config = hf_model.config
         self.hf_class = type(hf_model)
         self.shape = model_shape(hf_model.config, value_head=config.model_kind == "value")
-        parallel.check_model(prefix, self.shape.num_layers, self.shape.num_kv_heads)
+        parallel.check_model(prefix, self.shape.num_hidden_layers, self.shape.num_key_value_heads)
         self.tp, self.pp = parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size
         self.vpp = parallel.virtual_pipeline_model_parallel_size
         self.tp_rank = ps.get_tensor_model_parallel_rank()
@@ -155,7 +155,7 @@ class MegatronEngine(TrainEngine):
                 pre_process=pre,
                 post_process=post,
                 parallel_output=False,  # logits gathered over TP (outputs.causal_lm_outputs)
-                share_embeddings_and_output_weights=self.shape.tied_embeddings,
+                share_embeddings_and_output_weights=self.shape.tie_word_embeddings,
                 position_embedding_type="rope",
                 rotary_base=rope_theta(self.hf_config),
                 **extra,
