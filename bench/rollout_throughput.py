@@ -31,7 +31,8 @@ import torch.distributed as dist
 from transformers import AutoConfig
 
 from verl_like.engine.config import EngineConfig
-from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
+from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.shared import init_process_group_from_env
 from verl_like.protocol import DataProto
 from verl_like.shapes.decoder import DecoderShape
 from verl_like.resharding.sync import SlicedWeightSync, new_sync_group

@@ -37,7 +37,8 @@ import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from verl_like.engine.config import EngineConfig
-from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
+from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.shared import init_process_group_from_env
 from verl_like.protocol import DataProto
 from verl_like.utils.device import is_cuda_available
 from verl_like.shapes.decoder import DecoderShape
