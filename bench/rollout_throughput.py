@@ -35,7 +35,7 @@ from verl_like.engine.fsdp import FSDPEngine
 from verl_like.engine.shared import init_process_group_from_env
 from verl_like.protocol import DataProto
 from verl_like.shapes.decoder import DecoderShape
-from verl_like.resharding.sync import SlicedWeightSync, new_sync_group
+from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync, new_sync_group
 from verl_like.rollout.base import SamplingConfig
 from verl_like.utils.device import is_cuda_available
 from verl_like.utils.env import apply_default_env

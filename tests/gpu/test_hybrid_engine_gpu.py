@@ -23,7 +23,8 @@ from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.shapes.decoder import DecoderShape  # noqa: E402
-from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
+from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync  # noqa: E402
+from verl_like.resharding.transports.full import full_weight_sync  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 

@@ -6,6 +6,5 @@ under TP is `verl_like/shapes/layout.py`, the side gloo group `verl_like/utils/g
 plan.py: which rows go from which training rank to which rollout rank, in buckets;
 transfer.py: runs a plan over torch.distributed (P2P, timeouts, stats) into the engine's slice loader
   (vLLM's lives in rollout/vllm_slice_loader.py: no module here touches vLLM internals);
-sync.py: the sliced sync of a colocated engine, and the full-tensor reference;
 transports/: the `WeightTransport` interface and one transport per file (colocated sliced, full, server).
 """

@@ -26,7 +26,8 @@ from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.shapes.decoder import DecoderShape  # noqa: E402
-from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
+from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync  # noqa: E402
+from verl_like.resharding.transports.full import full_weight_sync  # noqa: E402
 from verl_like.rollout.from_config import sampling_config  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402
 from verl_like.single_controller import (  # noqa: E402
