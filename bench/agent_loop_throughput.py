@@ -167,7 +167,7 @@ def main() -> None:
         dtype = "float32"
     SCRIPT.update(turns=args.turns, turn_tokens=args.turn_tokens, tool_tokens=args.tool_tokens)
     apply_default_env("cuda" if is_cuda_available() else "cpu")
-    from verl_like.engine.fsdp import init_process_group_from_env
+    from verl_like.engine.shared import init_process_group_from_env
 
     bench._init_single_process_group()  # the in-process engine runs inside a torch.distributed world of one
     init_process_group_from_env()

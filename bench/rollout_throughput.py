@@ -31,10 +31,11 @@ import torch.distributed as dist
 from transformers import AutoConfig
 
 from verl_like.engine.config import EngineConfig
-from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
+from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.shared import init_process_group_from_env
 from verl_like.protocol import DataProto
-from verl_like.resharding.layout import ModelShape
-from verl_like.resharding.sync import SlicedWeightSync, new_sync_group
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync, new_sync_group
 from verl_like.rollout.base import SamplingConfig
 from verl_like.utils.device import is_cuda_available
 from verl_like.utils.env import apply_default_env
@@ -140,7 +141,7 @@ def main() -> None:
         tensor_parallel_size=args.tp, dtype=rollout_dtype, load_format="dummy", enforce_eager=args.enforce_eager,
         max_model_len=args.prompt_len + args.response_len, gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_seqs=max(args.rows * args.n, 1)))
-    shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_dir))
+    shape = DecoderShape.from_hf_config(AutoConfig.from_pretrained(model_dir))
     SlicedWeightSync(engine, rollout, shape, 512 << 20, 600.0, new_sync_group(600.0))()
     # Every TP group gets its own prompts (a different seed per group), as the worker's DP dispatch would.
     group_index = rank // args.tp

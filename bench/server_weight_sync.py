@@ -63,7 +63,7 @@ def write_model_files(name: str, out_dir: Path) -> Path:
 
 def start_server(model_dir: Path, args: argparse.Namespace, device: str, log_path: Path) -> tuple[Any, str]:
     """One `python -m verl_like.serve` process on dummy weights, healthy; returns it and its address."""
-    from verl_like.resharding.gloo import free_port
+    from verl_like.utils.gloo import free_port
     from verl_like.rollout.server_client import ServerClient
     from verl_like.workers.rollout_server import die_with_parent
 

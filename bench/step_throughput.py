@@ -141,11 +141,13 @@ def update_flops(shape: dict, prompt_len: int, response_len: int, sequences: int
     """Model FLOPs of one update over `sequences` full-length rows (verl_like.utils.flops: 3x forward)."""
     import torch
 
-    from verl_like.utils.flops import TransformerShape, training_flops
+    from verl_like.shapes.decoder import DecoderShape
+    from verl_like.utils.flops import training_flops
 
     fields = {k: v for k, v in shape.items() if k != "tie_word_embeddings"}
+    fields["head_dim"] = fields["hidden_size"] // fields["num_attention_heads"]
     lengths = torch.full((sequences,), prompt_len + response_len)
-    return training_flops(TransformerShape(**fields), lengths, sequences * response_len, shape["vocab_size"])
+    return training_flops(DecoderShape(**fields), lengths, sequences * response_len, shape["vocab_size"])
 
 
 def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Path, device: str) -> list[str]:

@@ -20,7 +20,7 @@ import time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from verl_like.resharding.layout import ModelShape
+from verl_like.shapes.decoder import DecoderShape
 from verl_like.resharding.plan import build_sync_plan, param_specs
 from verl_like.resharding.transfer import SlicedTransfer
 
@@ -42,7 +42,7 @@ def main() -> None:
                          intermediate_size=128, vocab_size=1024, tie_word_embeddings=True)
     with torch.device(args.device):
         model = Qwen2ForCausalLM(config)
-    shape = ModelShape.from_hf_config(config)
+    shape = DecoderShape.from_hf_config(config)
     shards = {name: param.detach() for name, param in model.named_parameters()}
     specs = param_specs([(name, tuple(t.shape)) for name, t in shards.items()], shape, element_size=2)
     plan = build_sync_plan(specs, 1, 1, shape, args.bucket_mb << 20)

@@ -37,10 +37,12 @@ import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from verl_like.engine.config import EngineConfig
-from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
+from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.shared import init_process_group_from_env
 from verl_like.protocol import DataProto
 from verl_like.utils.device import is_cuda_available
-from verl_like.utils.flops import TransformerShape, training_flops
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.utils.flops import training_flops
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,10 @@ def policy_gradient_loss(outputs, micro_batch):
 def model_flops(shape: Shape, batch: DataProto) -> float:
     """Training FLOPs (3x forward) of one update on `batch`, counted by verl_like.utils.flops (module docstring)."""
     fields = {k: v for k, v in asdict(shape).items() if k != "tie_word_embeddings"}
+    fields["head_dim"] = fields["hidden_size"] // fields["num_attention_heads"]
     lengths = batch.batch["attention_mask"].sum(dim=1)
     head_tokens = int(batch.batch["response_mask"].sum())
-    return training_flops(TransformerShape(**fields), lengths, head_tokens, shape.vocab_size)
+    return training_flops(DecoderShape(**fields), lengths, head_tokens, shape.vocab_size)
 
 
 def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:

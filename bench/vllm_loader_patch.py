@@ -34,7 +34,7 @@ def main() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from verl_like.models.tiny import TinyModelSpec, build_tiny_model
-    from verl_like.resharding.layout import ModelShape
+    from verl_like.shapes.decoder import DecoderShape
     from verl_like.resharding.plan import param_specs
     from verl_like.rollout.vllm_slice_loader import VLLMSliceLoader
     from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine
@@ -43,7 +43,7 @@ def main() -> None:
     engine = VLLMRolloutEngine(model_dir, VLLMEngineOptions(dtype="float32", max_model_len=256,
                                                             kv_cache_memory_bytes=64 << 20))
     config = AutoConfig.from_pretrained(model_dir)
-    shape = ModelShape.from_hf_config(config)
+    shape = DecoderShape.from_hf_config(config)
     named = [(n, tuple(p.shape)) for n, p in AutoModelForCausalLM.from_config(config).named_parameters()]
     specs = param_specs(named, shape, 4)
     loader = VLLMSliceLoader(engine.llm, specs, shape, 1)

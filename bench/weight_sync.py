@@ -32,9 +32,11 @@ import torch.distributed as dist
 from transformers import AutoConfig
 
 from verl_like.engine.config import EngineConfig
-from verl_like.engine.fsdp import FSDPEngine, init_process_group_from_env
-from verl_like.resharding.layout import ModelShape
-from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync, new_sync_group
+from verl_like.engine.fsdp import FSDPEngine
+from verl_like.engine.shared import init_process_group_from_env
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync, new_sync_group
+from verl_like.resharding.transports.full import full_weight_sync
 from verl_like.utils.device import is_cuda_available
 from verl_like.utils.env import apply_default_env
 
@@ -140,7 +142,7 @@ def run_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=True,
     )
     rollout = VLLMRolloutEngine(str(model_dir), options)
-    shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_dir))
+    shape = DecoderShape.from_hf_config(AutoConfig.from_pretrained(model_dir))
     sliced = SlicedWeightSync(engine, rollout, shape, args.bucket_mb << 20, args.timeout_s,
                               new_sync_group(args.timeout_s))
     # bf16 rounding over a deep random-weight model moves log-probs by ~0.1 (0.14 seen for the 7B shape); a

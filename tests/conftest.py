@@ -91,7 +91,7 @@ def running_server(model_path: str, log_dir, extra_args: list[str], env: dict[st
     import subprocess
     import sys
 
-    from verl_like.resharding.gloo import free_port
+    from verl_like.utils.gloo import free_port
     from verl_like.rollout.server_client import ServerClient
     from verl_like.workers.rollout_server import die_with_parent
 

@@ -22,8 +22,9 @@ from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402
 from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
-from verl_like.resharding.layout import ModelShape  # noqa: E402
-from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
+from verl_like.shapes.decoder import DecoderShape  # noqa: E402
+from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync  # noqa: E402
+from verl_like.resharding.transports.full import full_weight_sync  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
@@ -54,7 +55,7 @@ class GpuProbeWorker(ActorRolloutWorker):
         with self._onloaded(self.actor.engine):
             if mode == "full":
                 return full_weight_sync(self.actor.engine, self.rollout).metrics()
-            shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(self.model_path))
+            shape = DecoderShape.from_hf_config(AutoConfig.from_pretrained(self.model_path))
             return SlicedWeightSync(self.actor.engine, self.rollout, shape, bucket_bytes, 120.0)().metrics()
 
     @register(dispatch=Dispatch.ONE_TO_ALL)

@@ -47,7 +47,7 @@ class WeightHoldings:
     layout; a pure description, the same on every rank (the sliced weight sync plans from it without talking).
 
     params: (HF name, full shape) of every parameter, in one fixed order.
-    boxes: boxes[i][rank] is the `resharding.layout.Box` of params[i] that global rank `rank` holds (its
+    boxes: boxes[i][rank] is the `shapes.layout.Box` of params[i] that global rank `rank` holds (its
       `local_weight_shards()[name]` is exactly that rectangle), or None. Several ranks may hold the same box
       (data-parallel replicas); the plan picks one sender.
     """

@@ -28,35 +28,14 @@ from verl_like.engine.fsdp_checkpoint import hf_files_writer, load_fsdp_checkpoi
 from verl_like.engine import lora
 from verl_like.engine.hf_export import write_hf_directory
 from verl_like.engine.lr_schedule import WarmupSchedule
-from verl_like.engine.micro_batches import engine_inputs, engine_micro_batches, global_counts
+from verl_like.engine.micro_batches import checked_loss, engine_inputs, engine_micro_batches, loss_micro_batches
 from verl_like.engine.model_loading import decoder_layer_classes, load_model
 from verl_like.engine.model_outputs import micro_batch_outputs
+from verl_like.engine.shared import init_process_group_from_env, require_onloaded, require_optimizer
 from verl_like.protocol import DataProto
-from verl_like.utils.device import (
-    get_device_name,
-    get_dist_backend,
-    get_torch_device,
-    is_cuda_available,
-    visible_device_index,
-)
+from verl_like.utils.device import get_device_name, get_torch_device, is_cuda_available
 
 logger = logging.getLogger(__name__)
-
-
-
-def init_process_group_from_env() -> None:
-    """Joins the default process group from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT unless already joined."""
-    if dist.is_initialized():
-        return
-    missing = [key for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if key not in os.environ]
-    if missing:
-        raise RuntimeError(
-            f"torch.distributed is not initialised and the environment lacks {missing}; start the engine under a "
-            "WorkerGroup or torchrun, or call torch.distributed.init_process_group first"
-        )
-    if is_cuda_available():
-        torch.cuda.set_device(visible_device_index(int(os.environ.get("LOCAL_RANK", 0))))
-    dist.init_process_group(backend=get_dist_backend())
 
 
 def _use_node_cpus_for_offload() -> None:
@@ -151,16 +130,10 @@ class FSDPEngine(TrainEngine):
         return float(self._require_optimizer("current_lr").param_groups[0]["lr"])
 
     def _require_onloaded(self, op: str) -> None:
-        if self._params_offloaded:
-            raise RuntimeError(f"FSDPEngine.{op}: parameters are offloaded to CPU; call onload() first")
+        require_onloaded(self._params_offloaded, "FSDPEngine", op)
 
     def _require_optimizer(self, op: str) -> torch.optim.Optimizer:
-        if self.optimizer is None:
-            raise RuntimeError(
-                f"FSDPEngine.{op}: this engine was built with inference_only=True (no optimizer); build it with "
-                "inference_only=False to train"
-            )
-        return self.optimizer
+        return require_optimizer(self.optimizer, "FSDPEngine", op)
 
     def _model_inputs(self, batch: DataProto) -> DataProto:
         return engine_inputs(batch, self.config.model_kind, "FSDPEngine")
@@ -197,22 +170,14 @@ class FSDPEngine(TrainEngine):
         self._require_optimizer("forward_backward")
         inputs = self._model_inputs(batch)
         groups = self._micro_batches(inputs)
-        token_count, sequence_count = global_counts(inputs.batch, self.group)
         metrics: dict[str, list[float]] = defaultdict(list)
         local_loss = torch.zeros((), dtype=torch.float64)
-        for indices in groups:
-            micro_batch = batch[indices].to(self.device)
-            micro_batch.meta_info.update(
-                global_token_count=token_count, global_sequence_count=sequence_count, temperature=temperature
-            )
+        for micro_batch in loss_micro_batches(batch, groups, self.group, temperature, self.device):
             outputs = micro_batch_outputs(
                 self.model, self.config.model_kind, micro_batch.batch, self.config.use_remove_padding,
                 temperature, calculate_entropy,
             )
-            loss, loss_metrics = loss_fn(outputs, micro_batch)
-            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-                raise TypeError(f"loss_fn must return a 0-d tensor as its loss, got {type(loss).__name__} "
-                                f"{getattr(loss, 'shape', '')}")
+            loss, loss_metrics = checked_loss(loss_fn, outputs, micro_batch)
             loss.backward()
             local_loss += loss.detach().double().cpu()
             for key, value in loss_metrics.items():
@@ -248,7 +213,7 @@ class FSDPEngine(TrainEngine):
 
     def weight_holdings(self) -> WeightHoldings:
         """Dim-0 shards in torch.chunk layout over the mesh's ranks (trailing ranks may hold none)."""
-        from verl_like.resharding.layout import Box
+        from verl_like.shapes.layout import Box
 
         world = dist.get_world_size()
         mesh_ranks = [int(r) for r in self.mesh.mesh.flatten().tolist()]

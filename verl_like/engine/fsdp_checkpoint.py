@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import copy
 import logging
-import random
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -31,8 +29,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from verl_like.engine.shared import rank_rng_state, set_rank_rng_state
 from verl_like.utils.checkpoint import commit_directory, prepare_staging, staging_path
-from verl_like.utils.device import is_cuda_available
 
 logger = logging.getLogger(__name__)
 
@@ -42,21 +40,6 @@ HF_FILES_DIR = "huggingface"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json",
                    "preprocessor_config.json", "processor_config.json")
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    if is_cuda_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if "cuda" in state and is_cuda_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _model_state(model: nn.Module, trainable_only: bool) -> dict[str, Any]:
@@ -96,7 +79,7 @@ def save_fsdp_checkpoint(
         "scheduler": scheduler.state_dict(),
         "global_step": global_step,
         "world_size": dist.get_world_size(group),
-        "rng": _rng_state(),
+        "rng": rank_rng_state(),
     }
     torch.save(extra, _extra_file(staging, rank))
     if rank == 0 and write_hf_files is not None:
@@ -133,7 +116,7 @@ def load_fsdp_checkpoint(
     extra = torch.load(own if own.is_file() else _extra_file(directory, 0), weights_only=False)
     scheduler.load_state_dict(extra["scheduler"])
     if own.is_file():
-        _set_rng_state(extra["rng"])
+        set_rank_rng_state(extra["rng"])
     else:
         logger.warning(
             "checkpoint %s was written by %d ranks; rank %d has no RNG state there and keeps its current one",

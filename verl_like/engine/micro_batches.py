@@ -9,11 +9,14 @@ raised on every rank instead of hanging the others.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
+from verl_like.engine.base import LossFn
 from verl_like.engine.config import MicroBatching
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.engine.vision import VISION_TENSOR_KEYS
@@ -107,3 +110,27 @@ def global_counts(tensors: TensorDict, group: dist.ProcessGroup | None) -> tuple
     if dist.is_initialized():
         dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
     return int(counts[0]), int(counts[1])
+
+
+def loss_micro_batches(batch: DataProto, groups: list[list[int]], group: dist.ProcessGroup | None,
+                       temperature: float, device: torch.device | str) -> Iterator[DataProto]:
+    """Each micro-batch of `batch` on `device`, its meta_info carrying what a loss normalises by: the token and
+    sequence counts of the whole global batch (`global_counts`, a collective run before the first) and the
+    temperature. Both engines' `forward_backward` train over these."""
+    token_count, sequence_count = global_counts(batch.batch, group)
+    for indices in groups:
+        micro_batch = batch[indices].to(device)
+        micro_batch.meta_info.update(
+            global_token_count=token_count, global_sequence_count=sequence_count, temperature=temperature
+        )
+        yield micro_batch
+
+
+def checked_loss(loss_fn: LossFn, outputs: dict[str, torch.Tensor],
+                 micro_batch: DataProto) -> tuple[torch.Tensor, dict[str, Any]]:
+    """`loss_fn`'s (loss, metrics) on one micro-batch; raises unless the loss is a 0-d tensor."""
+    loss, loss_metrics = loss_fn(outputs, micro_batch)
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+        raise TypeError(f"loss_fn must return a 0-d tensor as its loss, got {type(loss).__name__} "
+                        f"{getattr(loss, 'shape', '')}")
+    return loss, loss_metrics

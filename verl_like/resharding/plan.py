@@ -22,26 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl_like.resharding.layout import Box, ModelShape, ParamLayout, Placement, check_full_shape, param_layout
-from verl_like.resharding.layout import tp_slice
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One parameter to sync: HF name, full shape, its vLLM layout, bytes per element on the wire."""
-
-    name: str
-    shape: tuple[int, ...]
-    layout: ParamLayout
-    element_size: int
-
-    @property
-    def row_bytes(self) -> int:
-        return (self.shape[1] if len(self.shape) == 2 else 1) * self.element_size
-
-    @property
-    def nbytes(self) -> int:
-        return self.shape[0] * self.row_bytes
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.shapes.layout import Box, ParamSpec, Placement, check_full_shape, param_layout, tp_slice
 
 
 @dataclass(frozen=True)
@@ -90,7 +72,7 @@ class SyncPlan:
     params: tuple[ParamSpec, ...]
     world_size: int
     tp_size: int
-    shape: ModelShape
+    shape: DecoderShape
     bucket_bytes: int
     buckets: tuple[Bucket, ...] = field(default=())
     holders: tuple[tuple[Box | None, ...], ...] = field(default=())
@@ -140,7 +122,7 @@ def fsdp_rows(rows: int, world_size: int, rank: int) -> tuple[int, int]:
 
 
 def param_specs(
-    named_shapes: list[tuple[str, tuple[int, ...]]], shape: ModelShape, element_size: int
+    named_shapes: list[tuple[str, tuple[int, ...]]], shape: DecoderShape, element_size: int
 ) -> tuple[ParamSpec, ...]:
     """ParamSpecs for the HF parameters in training order; tied lm_head dropped. Raises UnknownLayoutError."""
     specs = []
@@ -179,7 +161,7 @@ def build_sync_plan(
     params: tuple[ParamSpec, ...],
     world_size: int,
     tp_size: int,
-    shape: ModelShape,
+    shape: DecoderShape,
     bucket_bytes: int,
     holders: tuple[tuple[Box | None, ...], ...] | None = None,
 ) -> SyncPlan:

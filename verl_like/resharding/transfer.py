@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from verl_like.resharding.layout import Box
+from verl_like.shapes.layout import Box
 from verl_like.resharding.plan import Piece, SyncPlan
 
 logger = logging.getLogger(__name__)

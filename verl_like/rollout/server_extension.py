@@ -33,8 +33,8 @@ from vllm.distributed.weight_transfer.base import (
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 from vllm.distributed.weight_transfer.ipc_engine import IPCWeightTransferEngine
 
-from verl_like.resharding.gloo import gloo_group
 from verl_like.rollout.vllm_compat import remove_lora_wrappers, restore_lora_wrappers
+from verl_like.utils.gloo import gloo_group
 
 logger = logging.getLogger(__name__)
 

@@ -23,10 +23,9 @@ from typing import Any, Callable
 
 import torch
 
-from verl_like.resharding.layout import ModelShape, Placement, fused_shard_rows, local_destination
-from verl_like.resharding.layout import UnknownLayoutError
-from verl_like.resharding.plan import ParamSpec
 from verl_like.rollout import vllm_compat
+from verl_like.shapes.decoder import DecoderShape, UnknownLayoutError
+from verl_like.shapes.layout import ParamSpec, Placement, fused_shard_rows, local_destination
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ class VLLMSliceLoader:
     entry looks the parameter up again (vLLM may have replaced it) and checks its rows before patching.
     """
 
-    def __init__(self, llm: Any, params: tuple[ParamSpec, ...], shape: ModelShape, tp_size: int) -> None:
+    def __init__(self, llm: Any, params: tuple[ParamSpec, ...], shape: DecoderShape, tp_size: int) -> None:
         self.model = vllm_compat.model_runner_model(llm)
         self.model_config = llm.llm_engine.vllm_config.model_config
         self.layerwise = vllm_compat.on_cpu_platform()

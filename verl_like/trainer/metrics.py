@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from verl_like.protocol import DataProto
-from verl_like.utils.flops import TransformerShape, mfu, training_flops
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.utils.flops import mfu, training_flops
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ def mfu_metrics(
     timings: dict[str, float],
     world_size: int,
     peak_tflops: float | None,
-    actor: tuple[TransformerShape, int] | None,
-    critic: tuple[TransformerShape, int] | None,
+    actor: tuple[DecoderShape, int] | None,
+    critic: tuple[DecoderShape, int] | None,
 ) -> dict[str, float]:
     """perf/mfu/actor and perf/mfu/critic: model FLOPs of the update phases over their wall time (utils/flops.py).
 

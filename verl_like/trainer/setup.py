@@ -13,13 +13,13 @@ from typing import Any, Callable, Iterator
 from verl_like.config.ppo import PPOConfig
 from verl_like.config.rollout import uses_agent_loops
 from verl_like.protocol import DataProto
+from verl_like.shapes.decoder import DecoderShape
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, ServerModeRollout, launch_servers
 from verl_like.trainer.server_placement import server_placement, server_weight_transfer
 from verl_like.utils.device import resolve_device
-from verl_like.utils.flops import TransformerShape
 from verl_like.utils.progress import phase
 
 logger = logging.getLogger(__name__)
@@ -57,13 +57,13 @@ def resolve_model_path(config: PPOConfig) -> str:
     return str(build_warmstart_model(cache_dir() / "models", spec))
 
 
-def model_shape(model_path: str, trust_remote_code: bool = False) -> TransformerShape | None:
+def model_shape(model_path: str, trust_remote_code: bool = False) -> DecoderShape | None:
     """The FLOP-count shape of the HF model at `model_path`, or None when its config lacks a decoder's sizes."""
     from transformers import AutoConfig
 
     try:
         hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-        return TransformerShape.from_hf_config(hf_config)
+        return DecoderShape.from_hf_config(hf_config, text_config=False)
     except (AttributeError, TypeError, ValueError) as err:
         logger.info("no FLOP count (hence no MFU) for %s: %s", model_path, err)
         return None
@@ -92,8 +92,8 @@ class TrainerComponents:
     reward_model: RoleHandle | None = None
     teacher: RoleHandle | None = None  # distillation.enable: the teacher's top-k log-probs (workers/teacher.py)
     tokenizer: Any = None
-    actor_shape: TransformerShape | None = None
-    critic_shape: TransformerShape | None = None
+    actor_shape: DecoderShape | None = None
+    critic_shape: DecoderShape | None = None
     groups: list[WorkerGroup] = field(default_factory=list)
     pools: list[ResourcePool] = field(default_factory=list)
     startup: dict[str, float] = field(default_factory=dict)  # "startup/*" seconds, logged with the first step

@@ -20,59 +20,15 @@ trainer.peak_tflops_per_device. On CPU there is no default peak, so no MFU unles
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import torch
+
+from verl_like.shapes.decoder import DecoderShape
 
 # bf16 dense matmul TFLOP/s per device assumed on CUDA when trainer.peak_tflops_per_device is null (an estimate).
 DEFAULT_CUDA_PEAK_TFLOPS = 790.0
 
 
-@dataclass(frozen=True)
-class TransformerShape:
-    """The sizes the FLOP count needs (a Qwen2/Llama-style decoder with grouped-query attention)."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    intermediate_size: int
-    vocab_size: int
-    head_dim: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                     "intermediate_size", "vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TransformerShape.{name}={getattr(self, name)} must be >= 1")
-
-    @classmethod
-    def from_hf_config(cls, config: Any) -> TransformerShape:
-        """The shape of a transformers config (Qwen2Config, LlamaConfig, ...)."""
-        return cls(
-            hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_hidden_layers,
-            num_attention_heads=config.num_attention_heads,
-            num_key_value_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
-            intermediate_size=config.intermediate_size,
-            vocab_size=config.vocab_size,
-            head_dim=getattr(config, "head_dim", None),
-        )
-
-    @property
-    def resolved_head_dim(self) -> int:
-        return self.head_dim or self.hidden_size // self.num_attention_heads
-
-    @property
-    def linear_params_per_layer(self) -> int:
-        """Weights of one decoder layer's linear maps: q, k, v, o projections and the gated MLP."""
-        h, d = self.hidden_size, self.resolved_head_dim
-        q, kv = self.num_attention_heads * d, self.num_key_value_heads * d
-        return h * q + 2 * h * kv + q * h + 3 * h * self.intermediate_size
-
-
-def forward_flops(shape: TransformerShape, sequence_lengths: torch.Tensor, head_tokens: int, head_width: int) -> float:
+def forward_flops(shape: DecoderShape, sequence_lengths: torch.Tensor, head_tokens: int, head_width: int) -> float:
     """FLOPs of one forward pass over sequences of `sequence_lengths` valid tokens `(batch,)`.
 
     head_tokens: positions the output head runs on; head_width: its output size (vocab_size for an LM head over
@@ -80,13 +36,13 @@ def forward_flops(shape: TransformerShape, sequence_lengths: torch.Tensor, head_
     """
     lengths = sequence_lengths.double()
     tokens = float(lengths.sum())
-    q_width = shape.num_attention_heads * shape.resolved_head_dim
+    q_width = shape.num_attention_heads * shape.head_dim
     per_layer = 2.0 * shape.linear_params_per_layer * tokens + 2.0 * q_width * float((lengths * (lengths + 1)).sum())
     head = 2.0 * shape.hidden_size * head_width * head_tokens
     return shape.num_hidden_layers * per_layer + head
 
 
-def training_flops(shape: TransformerShape, sequence_lengths: torch.Tensor, head_tokens: int, head_width: int) -> float:
+def training_flops(shape: DecoderShape, sequence_lengths: torch.Tensor, head_tokens: int, head_width: int) -> float:
     """FLOPs of forward + backward over the same sequences: 3 x `forward_flops`."""
     return 3.0 * forward_flops(shape, sequence_lengths, head_tokens, head_width)
 

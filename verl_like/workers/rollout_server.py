@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from verl_like.resharding.gloo import free_port
+from verl_like.utils.gloo import free_port
 
 logger = logging.getLogger(__name__)
 

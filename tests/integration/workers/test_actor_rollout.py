@@ -25,8 +25,9 @@ from verl_like.config.model import RefConfig  # noqa: E402
 from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
-from verl_like.resharding.layout import ModelShape  # noqa: E402
-from verl_like.resharding.sync import SlicedWeightSync, full_weight_sync  # noqa: E402
+from verl_like.shapes.decoder import DecoderShape  # noqa: E402
+from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync  # noqa: E402
+from verl_like.resharding.transports.full import full_weight_sync  # noqa: E402
 from verl_like.rollout.from_config import sampling_config  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402
 from verl_like.single_controller import (  # noqa: E402
@@ -79,7 +80,7 @@ class ProbeWorker(ActorRolloutWorker):
     def sync_as(self, mode: str, bucket_bytes: int = 1 << 20) -> dict[str, float]:
         if mode == "full":
             return full_weight_sync(self.actor.engine, self.rollout).metrics()
-        shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(self.model_path))
+        shape = DecoderShape.from_hf_config(AutoConfig.from_pretrained(self.model_path))
         sync = SlicedWeightSync(self.actor.engine, self.rollout, shape, bucket_bytes, 60.0)
         return sync().metrics()
 

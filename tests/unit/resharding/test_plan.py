@@ -3,12 +3,13 @@
 import pytest
 import torch
 
-from verl_like.resharding.layout import Box, ModelShape, Placement, tp_slice
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.shapes.layout import Box, Placement, tp_slice
 from verl_like.resharding.plan import build_sync_plan, fsdp_rows, param_specs
 
-SHAPE = ModelShape(num_attention_heads=4, num_key_value_heads=2, head_dim=4, hidden_size=16,
+SHAPE = DecoderShape(num_attention_heads=4, num_key_value_heads=2, head_dim=4, hidden_size=16,
                    intermediate_size=24, vocab_size=70)
-TIED = ModelShape(4, 1, 4, 16, 24, 70, tie_word_embeddings=True)
+TIED = DecoderShape(4, 1, 4, 16, 24, 70, tie_word_embeddings=True)
 
 
 def model_tensors(shape, seed=0):

@@ -7,7 +7,7 @@ import torch.multiprocessing as mp
 from test_plan import SHAPE, model_tensors
 from transfer_ranks import run_rank
 
-from verl_like.resharding.layout import tp_slice
+from verl_like.shapes.layout import tp_slice
 from verl_like.resharding.plan import build_sync_plan, param_specs
 from verl_like.resharding.transfer import SlicedTransfer
 

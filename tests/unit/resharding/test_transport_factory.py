@@ -56,7 +56,7 @@ def test_a_user_hook_wins_and_a_text_hook_without_an_engine_gets_none():
 
 
 def test_sliced_is_tried_for_a_full_model_and_falls_back_on_an_unknown_layout():
-    from verl_like.resharding.layout import UnknownLayoutError
+    from verl_like.shapes.layout import UnknownLayoutError
 
     def unknown():
         raise UnknownLayoutError("a layout the plan does not know")

@@ -5,10 +5,11 @@ import torch
 
 from verl_like.protocol import DataProto
 from verl_like.trainer.metrics import mfu_metrics
-from verl_like.utils.flops import TransformerShape, training_flops
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.utils.flops import training_flops
 
-SHAPE = TransformerShape(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         intermediate_size=16, vocab_size=10)
+SHAPE = DecoderShape(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
+                     intermediate_size=16, vocab_size=10)
 
 
 def _batch() -> DataProto:

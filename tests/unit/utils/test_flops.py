@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from verl_like.shapes.decoder import DecoderShape
 from verl_like.utils.flops import (
     DEFAULT_CUDA_PEAK_TFLOPS,
-    TransformerShape,
     forward_flops,
     mfu,
     resolve_peak_tflops,
@@ -19,7 +19,7 @@ CONFIG = Qwen2Config(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, 
 
 
 def test_forward_and_training_flops_match_a_hand_count():
-    shape = TransformerShape.from_hf_config(CONFIG)
+    shape = DecoderShape.from_hf_config(CONFIG, text_config=False)
     # Per layer: q 8x8=64, k 8x4=32, v 32, o 64, MLP 3x8x16=384 -> 576 weights.
     assert shape.linear_params_per_layer == 576
     lengths = torch.tensor([3, 5])  # 8 tokens; sum s(s+1) = 12 + 30 = 42
@@ -40,12 +40,12 @@ def test_linear_params_equal_the_decoder_layers_linear_weights_of_a_real_model()
         for name, module in model.model.layers.named_modules()
         if isinstance(module, torch.nn.Linear)
     )
-    assert weights == CONFIG.num_hidden_layers * TransformerShape.from_hf_config(CONFIG).linear_params_per_layer
+    assert weights == CONFIG.num_hidden_layers * DecoderShape.from_hf_config(CONFIG, text_config=False).linear_params_per_layer
 
 
 def test_explicit_head_dim_is_used():
-    shape = TransformerShape(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                             intermediate_size=4, vocab_size=3, head_dim=8)
+    shape = DecoderShape(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         intermediate_size=4, vocab_size=3, head_dim=8)
     # q and o are 8x16, k and v 8x8, MLP 3x8x4.
     assert shape.linear_params_per_layer == 128 + 64 + 64 + 128 + 96
 

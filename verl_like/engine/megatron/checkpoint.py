@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl_like.engine.fsdp_checkpoint import _rng_state, _set_rng_state
 from verl_like.engine.megatron.weights import gpt_model
+from verl_like.engine.shared import rank_rng_state, set_rank_rng_state
 from verl_like.utils.checkpoint import commit_directory, prepare_staging, staging_path
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def save_megatron_checkpoint(engine: Any, directory: str | Path) -> None:
                   for chunk in engine.chunks],
         "optimizer": engine.optimizer.state_dict(),
         "global_step": engine.global_step,
-        "rng": _rng_state(),
+        "rng": rank_rng_state(),
         "megatron_rng": _tracker_states(),
     }
     torch.save(state, staging / f"rank{dist.get_rank()}.pt")
@@ -84,7 +84,7 @@ def load_megatron_checkpoint(engine: Any, directory: str | Path) -> int:
             for name, param in gpt_model(chunk).named_parameters():
                 param.copy_(saved[name])
     engine.optimizer.load_state_dict(state["optimizer"])
-    _set_rng_state(state["rng"])
+    set_rank_rng_state(state["rng"])
     from megatron.core.tensor_parallel import get_cuda_rng_tracker
 
     get_cuda_rng_tracker().set_states(state["megatron_rng"])

@@ -12,77 +12,40 @@ mlp.linear_fc1, mlp.linear_fc2}` (i counts the layers of one model chunk from 0)
 Norms are replicated. Pipeline stage p (of pp, with vpp model chunks each) holds global layers
 `chunk * L/vpp + p * L/(pp*vpp) + [0, L/(pp*vpp))` for each of its chunks (Megatron's even split).
 
-The HF side is the HF (unfused) layout: the pieces of a rank are rectangles (`resharding.layout.Box`) of the full
+The HF side is the HF (unfused) layout: the pieces of a rank are rectangles (`shapes.layout.Box`) of the full
 HF tensors, listed by `hf_boxes`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 import torch
 
-from verl_like.resharding.layout import Box
+from verl_like.shapes.decoder import DecoderShape
+from verl_like.shapes.layout import Box
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """What the converter needs to know about a decoder-only model (from its HF config)."""
-
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    ffn_hidden_size: int
-    vocab_size: int
-    tied_embeddings: bool
-    qkv_bias: bool
-    value_head: bool = False  # a Linear(hidden, 1) `score` head instead of the LM head
-
-    @property
-    def heads_per_group(self) -> int:
-        return self.num_heads // self.num_kv_heads
-
-    def padded_vocab(self, tp: int) -> int:
-        """The vocabulary rounded up to a multiple of lcm(64, tp): Megatron splits whole rows over TP, and padding
-        as vLLM pads (64) makes a Megatron TP rank hold exactly the embedding rows vLLM's same TP rank needs."""
-        step = math.lcm(64, tp)
-        return -(-self.vocab_size // step) * step
-
-
-def model_shape(hf_config: Any, value_head: bool = False) -> ModelShape:
-    """The ModelShape of a HF Qwen2 / Llama config; raises for other families."""
+def model_shape(hf_config: Any, value_head: bool = False) -> DecoderShape:
+    """The DecoderShape of a HF Qwen2 / Llama config; raises for other families."""
     model_type = getattr(hf_config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"the Megatron engine converts only {SUPPORTED_MODEL_TYPES} models, got model_type={model_type!r}; "
             "use strategy=fsdp2 for this model"
         )
-    heads = hf_config.num_attention_heads
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
     if model_type == "llama" and (getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)):
         # Llama's attention_bias also puts a bias on o_proj, which the local layer spec has no place for.
         raise ValueError(
             "the Megatron converter supports Llama models without attention_bias / mlp_bias; use strategy=fsdp2"
         )
     qkv_bias = model_type == "qwen2"
-    return ModelShape(
-        num_layers=hf_config.num_hidden_layers,
-        hidden_size=hf_config.hidden_size,
-        num_heads=heads,
-        num_kv_heads=hf_config.num_key_value_heads or heads,
-        head_dim=head_dim,
-        ffn_hidden_size=hf_config.intermediate_size,
-        vocab_size=hf_config.vocab_size,
-        tied_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head,
-        qkv_bias=qkv_bias,
-        value_head=value_head,
-    )
+    tied = bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head
+    shape = DecoderShape.from_hf_config(hf_config, text_config=False)
+    return dataclasses.replace(shape, tie_word_embeddings=tied, qkv_bias=qkv_bias, value_head=value_head)
 
 
 def chunk_layers(num_layers: int, pp: int, pp_rank: int, vpp: int | None = None, vp_stage: int = 0) -> range:
@@ -93,14 +56,14 @@ def chunk_layers(num_layers: int, pp: int, pp_rank: int, vpp: int | None = None,
     return range(start, start + per_chunk)
 
 
-def _layer_boxes(shape: ModelShape, layer: int, tp_rank: int, tp: int) -> dict[str, Box]:
+def _layer_boxes(shape: DecoderShape, layer: int, tp_rank: int, tp: int) -> dict[str, Box]:
     """HF name -> the box TP rank `tp_rank` holds, for one decoder layer's parameters."""
     prefix = f"model.layers.{layer}."
-    groups = shape.num_kv_heads // tp
+    groups = shape.num_key_value_heads // tp
     q_rows = groups * shape.heads_per_group * shape.head_dim
     kv_rows = groups * shape.head_dim
-    ffn = shape.ffn_hidden_size // tp
-    hidden_cols = shape.num_heads * shape.head_dim // tp
+    ffn = shape.intermediate_size // tp
+    hidden_cols = shape.num_attention_heads * shape.head_dim // tp
     boxes = {
         prefix + "self_attn.q_proj.weight": Box(tp_rank * q_rows, (tp_rank + 1) * q_rows),
         prefix + "self_attn.k_proj.weight": Box(tp_rank * kv_rows, (tp_rank + 1) * kv_rows),
@@ -120,28 +83,28 @@ def _layer_boxes(shape: ModelShape, layer: int, tp_rank: int, tp: int) -> dict[s
     return boxes
 
 
-def _vocab_box(shape: ModelShape, tp_rank: int, tp: int) -> Box:
+def _vocab_box(shape: DecoderShape, tp_rank: int, tp: int) -> Box:
     rows = shape.padded_vocab(tp) // tp
     start = min(tp_rank * rows, shape.vocab_size)
     return Box(start, min((tp_rank + 1) * rows, shape.vocab_size))
 
 
 def hf_boxes(
-    shape: ModelShape, tp_rank: int, tp: int, pp_rank: int, pp: int, vpp: int | None = None
+    shape: DecoderShape, tp_rank: int, tp: int, pp_rank: int, pp: int, vpp: int | None = None
 ) -> dict[str, Box]:
     """HF name -> the box of it this (tp_rank, pp_rank) holds, over all its model chunks (tied lm_head omitted)."""
     boxes: dict[str, Box] = {}
     if pp_rank == 0:
         boxes["model.embed_tokens.weight"] = _vocab_box(shape, tp_rank, tp)
     for vp_stage in range(vpp or 1):
-        for layer in chunk_layers(shape.num_layers, pp, pp_rank, vpp, vp_stage):
+        for layer in chunk_layers(shape.num_hidden_layers, pp, pp_rank, vpp, vp_stage):
             boxes.update(_layer_boxes(shape, layer, tp_rank, tp))
     if pp_rank == pp - 1:
         boxes["model.norm.weight"] = Box(0, shape.hidden_size)
         if shape.value_head:
             boxes["score.weight"] = Box(0, 1)
             boxes["score.bias"] = Box(0, 1)
-        elif not shape.tied_embeddings:
+        elif not shape.tie_word_embeddings:
             boxes["lm_head.weight"] = _vocab_box(shape, tp_rank, tp)
     return boxes
 
@@ -152,7 +115,7 @@ def _cut(tensor: torch.Tensor, box: Box) -> torch.Tensor:
     return tensor[box.row_start:box.row_stop, box.col_start:box.col_stop]
 
 
-def _qkv(shape: ModelShape, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _qkv(shape: DecoderShape, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Megatron's interleaved `[q of g | k_g | v_g]` per KV group from this rank's HF q, k, v rows."""
     groups = k.shape[0] // shape.head_dim
     rest = q.shape[1:]
@@ -162,7 +125,7 @@ def _qkv(shape: ModelShape, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -
     return torch.cat([q, k, v], dim=1).reshape(-1, *rest)
 
 
-def _split_qkv(shape: ModelShape, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _split_qkv(shape: DecoderShape, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     rest = qkv.shape[1:]
     q_rows = shape.heads_per_group * shape.head_dim
     grouped = qkv.reshape(-1, q_rows + 2 * shape.head_dim, *rest)
@@ -170,7 +133,7 @@ def _split_qkv(shape: ModelShape, qkv: torch.Tensor) -> tuple[torch.Tensor, torc
     return q.reshape(-1, *rest), k.reshape(-1, *rest), v.reshape(-1, *rest)
 
 
-def _padded_vocab_rows(shape: ModelShape, full: torch.Tensor, tp_rank: int, tp: int) -> torch.Tensor:
+def _padded_vocab_rows(shape: DecoderShape, full: torch.Tensor, tp_rank: int, tp: int) -> torch.Tensor:
     rows = shape.padded_vocab(tp) // tp
     out = full.new_zeros((rows, full.shape[1]))
     box = _vocab_box(shape, tp_rank, tp)
@@ -179,7 +142,7 @@ def _padded_vocab_rows(shape: ModelShape, full: torch.Tensor, tp_rank: int, tp: 
 
 
 def hf_to_megatron(
-    shape: ModelShape,
+    shape: DecoderShape,
     hf_state: dict[str, torch.Tensor],
     tp_rank: int,
     tp: int,
@@ -195,7 +158,7 @@ def hf_to_megatron(
     if first_chunk:
         out["embedding.word_embeddings.weight"] = _padded_vocab_rows(
             shape, hf_state["model.embed_tokens.weight"], tp_rank, tp)
-    for local, layer in enumerate(chunk_layers(shape.num_layers, pp, pp_rank, vpp, vp_stage)):
+    for local, layer in enumerate(chunk_layers(shape.num_hidden_layers, pp, pp_rank, vpp, vp_stage)):
         boxes = _layer_boxes(shape, layer, tp_rank, tp)
         hf = f"model.layers.{layer}."
         mg = f"decoder.layers.{local}."
@@ -218,7 +181,7 @@ def hf_to_megatron(
         if shape.value_head:
             out["output_layer.weight"] = hf_state["score.weight"]
             out["output_layer.bias"] = hf_state["score.bias"]
-        elif not shape.tied_embeddings:
+        elif not shape.tie_word_embeddings:
             out["output_layer.weight"] = _padded_vocab_rows(shape, hf_state["lm_head.weight"], tp_rank, tp)
         elif not first_chunk:  # the last stage's copy of the tied embedding
             out["output_layer.weight"] = _padded_vocab_rows(shape, hf_state["model.embed_tokens.weight"], tp_rank, tp)
@@ -226,7 +189,7 @@ def hf_to_megatron(
 
 
 def megatron_to_hf(
-    shape: ModelShape,
+    shape: DecoderShape,
     mg_state: dict[str, torch.Tensor],
     tp_rank: int,
     tp: int,
@@ -243,7 +206,7 @@ def megatron_to_hf(
     if "embedding.word_embeddings.weight" in mg_state:
         rows = _vocab_box(shape, tp_rank, tp).rows
         out["model.embed_tokens.weight"] = mg_state["embedding.word_embeddings.weight"][:rows]
-    for local, layer in enumerate(chunk_layers(shape.num_layers, pp, pp_rank, vpp, vp_stage)):
+    for local, layer in enumerate(chunk_layers(shape.num_hidden_layers, pp, pp_rank, vpp, vp_stage)):
         hf = f"model.layers.{layer}."
         mg = f"decoder.layers.{local}."
         q, k, v = _split_qkv(shape, mg_state[mg + "self_attention.linear_qkv.weight"])
@@ -264,7 +227,7 @@ def megatron_to_hf(
         if shape.value_head:
             out["score.weight"] = mg_state["output_layer.weight"]
             out["score.bias"] = mg_state["output_layer.bias"]
-        elif not shape.tied_embeddings:
+        elif not shape.tie_word_embeddings:
             rows = _vocab_box(shape, tp_rank, tp).rows
             out["lm_head.weight"] = mg_state["output_layer.weight"][:rows]
     return out
@@ -297,7 +260,7 @@ def rope_theta(hf_config: Any) -> float:
     return float(theta)
 
 
-def transformer_config(hf_config: Any, shape: ModelShape, parallel: Any, dtype: torch.dtype) -> Any:
+def transformer_config(hf_config: Any, shape: DecoderShape, parallel: Any, dtype: torch.dtype) -> Any:
     """Megatron's TransformerConfig for this model and layout (`parallel`: a config.megatron.MegatronConfig).
 
     No fusions (they need CUDA kernels or TransformerEngine), no dropout, variable micro-batch shapes (except
@@ -307,12 +270,12 @@ def transformer_config(hf_config: Any, shape: ModelShape, parallel: Any, dtype: 
     from megatron.core.transformer import TransformerConfig
 
     return TransformerConfig(
-        num_layers=shape.num_layers,
+        num_layers=shape.num_hidden_layers,
         hidden_size=shape.hidden_size,
-        num_attention_heads=shape.num_heads,
-        num_query_groups=shape.num_kv_heads,
+        num_attention_heads=shape.num_attention_heads,
+        num_query_groups=shape.num_key_value_heads,
         kv_channels=shape.head_dim,
-        ffn_hidden_size=shape.ffn_hidden_size,
+        ffn_hidden_size=shape.intermediate_size,
         normalization="RMSNorm",
         layernorm_epsilon=hf_config.rms_norm_eps,
         gated_linear_unit=True,

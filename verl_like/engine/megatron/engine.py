@@ -34,7 +34,6 @@ from torch import nn
 from verl_like.config.megatron import MegatronConfig
 from verl_like.engine.base import ForwardBackwardResult, LossFn, TrainEngine, WeightHoldings
 from verl_like.engine.config import EngineConfig, MicroBatching
-from verl_like.engine.fsdp import init_process_group_from_env
 from verl_like.engine.lr_schedule import WarmupSchedule
 from verl_like.engine.megatron import compat, cpu_support
 from verl_like.engine.megatron.checkpoint import load_megatron_checkpoint, save_megatron_checkpoint
@@ -43,8 +42,9 @@ from verl_like.engine.megatron.convert import hf_to_megatron, model_shape, rope_
 from verl_like.engine.megatron.outputs import causal_lm_outputs, model_inputs, padded_to, value_outputs
 from verl_like.engine.megatron.parallel import ensure_model_parallel
 from verl_like.engine.megatron.weights import MegatronWeights
-from verl_like.engine.micro_batches import engine_inputs, engine_micro_batches, global_counts
+from verl_like.engine.micro_batches import checked_loss, engine_inputs, engine_micro_batches, loss_micro_batches
 from verl_like.engine.model_loading import load_model
+from verl_like.engine.shared import init_process_group_from_env, require_onloaded, require_optimizer
 from verl_like.protocol import DataProto
 from verl_like.utils.device import get_torch_device, is_cuda_available
 
@@ -108,7 +108,7 @@ class MegatronEngine(TrainEngine):
         self.hf_config = hf_model.config
         self.hf_class = type(hf_model)
         self.shape = model_shape(hf_model.config, value_head=config.model_kind == "value")
-        parallel.check_model(prefix, self.shape.num_layers, self.shape.num_kv_heads)
+        parallel.check_model(prefix, self.shape.num_hidden_layers, self.shape.num_key_value_heads)
         self.tp, self.pp = parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size
         self.vpp = parallel.virtual_pipeline_model_parallel_size
         self.tp_rank = ps.get_tensor_model_parallel_rank()
@@ -155,7 +155,7 @@ class MegatronEngine(TrainEngine):
                 pre_process=pre,
                 post_process=post,
                 parallel_output=False,  # logits gathered over TP (outputs.causal_lm_outputs)
-                share_embeddings_and_output_weights=self.shape.tied_embeddings,
+                share_embeddings_and_output_weights=self.shape.tie_word_embeddings,
                 position_embedding_type="rope",
                 rotary_base=rope_theta(self.hf_config),
                 **extra,
@@ -236,16 +236,10 @@ class MegatronEngine(TrainEngine):
         return self.config.lr * self.schedule(self._global_step)
 
     def _require_onloaded(self, op: str) -> None:
-        if self._params_offloaded:
-            raise RuntimeError(f"MegatronEngine.{op}: parameters are offloaded to CPU; call onload() first")
+        require_onloaded(self._params_offloaded, "MegatronEngine", op)
 
     def _require_optimizer(self, op: str) -> Any:
-        if self.optimizer is None:
-            raise RuntimeError(
-                f"MegatronEngine.{op}: this engine was built with inference_only=True (no optimizer); build it with "
-                "inference_only=False to train"
-            )
-        return self.optimizer
+        return require_optimizer(self.optimizer, "MegatronEngine", op)
 
     # ---------------------------------------------------------------- forward / backward
 
@@ -338,22 +332,13 @@ class MegatronEngine(TrainEngine):
         self._require_optimizer("forward_backward")
         inputs = self._model_inputs(batch)
         groups = self._micro_batches(inputs)
-        token_count, sequence_count = global_counts(inputs.batch, self.dp_group)
-        micro_batches = []
-        for indices in groups:
-            micro_batch = batch[indices].to(self.device)
-            micro_batch.meta_info.update(
-                global_token_count=token_count, global_sequence_count=sequence_count, temperature=temperature)
-            micro_batches.append(micro_batch)
+        micro_batches = list(loss_micro_batches(batch, groups, self.dp_group, temperature, self.device))
         losses: list[float] = []
         metrics: dict[str, list[float]] = defaultdict(list)
 
         def compute_loss(micro_batch, model_in, output):
             outputs = self._outputs(output, micro_batch, model_in, temperature, calculate_entropy)
-            loss, loss_metrics = loss_fn(outputs, micro_batch)
-            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-                raise TypeError(f"loss_fn must return a 0-d tensor as its loss, got {type(loss).__name__} "
-                                f"{getattr(loss, 'shape', '')}")
+            loss, loss_metrics = checked_loss(loss_fn, outputs, micro_batch)
             losses.append(float(loss.detach()))
             for key, value in loss_metrics.items():
                 metrics[key].append(float(value))

@@ -85,5 +85,5 @@ class MegatronWeights:
         state_dict = dict(self.full_state())
         if dist.get_rank() == 0:
             write_hf_directory(directory, engine.hf_class, engine.hf_config, state_dict, tokenizer,
-                               strict=not engine.shape.tied_embeddings)
+                               strict=not engine.shape.tie_word_embeddings)
         dist.barrier()

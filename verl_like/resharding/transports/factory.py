@@ -10,10 +10,10 @@ import torch
 
 from verl_like.config.rollout import RolloutConfig
 from verl_like.engine.base import TrainEngine
-from verl_like.resharding.layout import ModelShape, UnknownLayoutError
 from verl_like.resharding.transports.base import WeightTransport
 from verl_like.resharding.transports.full import FullTensorTransport
 from verl_like.rollout.base import RolloutEngine
+from verl_like.shapes.decoder import DecoderShape, UnknownLayoutError
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def build_colocated_transport(
         from verl_like.resharding.transports.colocated_sliced import SlicedTransport
 
         try:
-            shape = ModelShape.from_hf_config(hf_config())
+            shape = DecoderShape.from_hf_config(hf_config())
             return SlicedTransport(engine, rollout, shape, config.bucket_bytes, config.weight_sync_timeout_s)
         except UnknownLayoutError as err:
             logger.warning("sliced weight sync unavailable (%s); syncing full tensors through vLLM's loader", err)

@@ -14,6 +14,7 @@ import torch
 from verl_like.engine.base import TrainEngine
 from verl_like.resharding.transfer import SyncStats
 from verl_like.resharding.transports.base import WeightTransport
+from verl_like.rollout.base import RolloutEngine
 
 Loader = Callable[[Iterable[tuple[str, torch.Tensor]]], None]
 
@@ -52,3 +53,11 @@ class FullTensorTransport(WeightTransport):
         gathered = counted[0] * (world - 1) // world  # what the per-parameter all-gathers moved
         return SyncStats(wall_s=time.perf_counter() - start, model_bytes=counted[0], loaded_bytes=counted[0],
                          received_bytes=gathered, sent_bytes=gathered, buckets=1, mode=self.mode)
+
+
+def full_weight_sync(engine: TrainEngine, rollout: RolloutEngine) -> SyncStats:
+    """Full tensors (gathered one at a time) through the rollout engine's own `load_weights`; the reference path.
+
+    Collective over the trainer's group; waits follow that group's timeout.
+    """
+    return FullTensorTransport(engine, rollout.load_weights).send(engine.global_step)

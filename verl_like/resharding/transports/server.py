@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.multiprocessing.reductions import reduce_tensor
 
 from verl_like.engine.base import TrainEngine
-from verl_like.resharding.gloo import free_port, gloo_group
+from verl_like.utils.gloo import free_port, gloo_group
 from verl_like.resharding.transfer import SyncStats
 from verl_like.resharding.transports.base import WeightTransport
 from verl_like.rollout import vllm_compat

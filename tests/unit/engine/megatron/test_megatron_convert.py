@@ -88,7 +88,7 @@ def test_fc1_is_gate_then_up_and_vocab_padding_rows_are_zero():
     shape = model_shape(model.config)
     state = model.state_dict()
     mg = hf_to_megatron(shape, state, 1, 2, 0, 1)
-    ffn = shape.ffn_hidden_size // 2
+    ffn = shape.intermediate_size // 2
     gate, up = state["model.layers.0.mlp.gate_proj.weight"], state["model.layers.0.mlp.up_proj.weight"]
     assert torch.equal(mg["decoder.layers.0.mlp.linear_fc1.weight"], torch.cat([gate[ffn:], up[ffn:]]))
     # vocab 37 padded as vLLM pads it (to 64) over TP=2: rank 1 holds rows 32..36 and 27 zero padding rows, the

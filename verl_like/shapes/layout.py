@@ -22,13 +22,8 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Any
 
-VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE, used by Qwen2 and Llama
-
-
-class UnknownLayoutError(ValueError):
-    """A parameter (or model shape) the slice plan does not know; the full-tensor path still works for it."""
+from verl_like.shapes.decoder import DecoderShape, UnknownLayoutError
 
 
 class Placement(enum.Enum):
@@ -44,64 +39,6 @@ class Placement(enum.Enum):
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """The sizes that decide the layout (from the HF config)."""
-
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    hidden_size: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool = False
-    vocab_padding: int = VOCAB_PADDING
-
-    @classmethod
-    def from_hf_config(cls, config: Any) -> "ModelShape":
-        """Reads a transformers config (Qwen2Config, LlamaConfig, ... or their text config)."""
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        heads = text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-        return cls(
-            num_attention_heads=heads,
-            num_key_value_heads=getattr(text, "num_key_value_heads", None) or heads,
-            head_dim=head_dim,
-            hidden_size=text.hidden_size,
-            intermediate_size=text.intermediate_size,
-            vocab_size=text.vocab_size,
-            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        )
-
-    def check_tp(self, tp_size: int) -> None:
-        """Raises UnknownLayoutError when vLLM could not split this model over `tp_size` ranks this way."""
-        problems = []
-        if self.num_attention_heads % tp_size:
-            problems.append(f"num_attention_heads={self.num_attention_heads}")
-        if self.intermediate_size % tp_size:
-            problems.append(f"intermediate_size={self.intermediate_size}")
-        kv = self.num_key_value_heads
-        if (kv >= tp_size and kv % tp_size) or (kv < tp_size and tp_size % kv):
-            problems.append(f"num_key_value_heads={kv}")
-        if problems:
-            raise UnknownLayoutError(
-                f"tensor_model_parallel_size={tp_size} does not split {', '.join(problems)} evenly; choose a TP "
-                "size that divides the attention heads and the MLP width (and divides or is a multiple of the "
-                "kv heads)"
-            )
-
-    def kv_heads_per_rank(self, tp_size: int) -> int:
-        return max(1, self.num_key_value_heads // tp_size)
-
-    def padded_vocab_per_rank(self, tp_size: int) -> int:
-        padded = -(-self.vocab_size // self.vocab_padding) * self.vocab_padding
-        if padded % tp_size:
-            raise UnknownLayoutError(
-                f"the padded vocab ({padded} rows) does not split over tensor_model_parallel_size={tp_size}"
-            )
-        return padded // tp_size
-
-
-@dataclass(frozen=True)
 class ParamLayout:
     """Where one HF parameter lives in vLLM.
 
@@ -113,6 +50,24 @@ class ParamLayout:
     placement: Placement
     vllm_name: str
     fused_shard: str | int | None = None
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter to sync: HF name, full shape, its vLLM layout, bytes per element on the wire."""
+
+    name: str
+    shape: tuple[int, ...]
+    layout: ParamLayout
+    element_size: int
+
+    @property
+    def row_bytes(self) -> int:
+        return (self.shape[1] if len(self.shape) == 2 else 1) * self.element_size
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.row_bytes
 
 
 @dataclass(frozen=True)
@@ -178,7 +133,7 @@ _GLOBAL = {
 }
 
 
-def param_layout(hf_name: str, shape: ModelShape) -> ParamLayout:
+def param_layout(hf_name: str, shape: DecoderShape) -> ParamLayout:
     """The vLLM layout of HF parameter `hf_name`; UnknownLayoutError for names outside Qwen2/Llama."""
     if hf_name in _GLOBAL:
         placement = _GLOBAL[hf_name]
@@ -197,7 +152,7 @@ def param_layout(hf_name: str, shape: ModelShape) -> ParamLayout:
     )
 
 
-def _expected_rows(layout: ParamLayout, shape: ModelShape) -> int | None:
+def _expected_rows(layout: ParamLayout, shape: DecoderShape) -> int | None:
     placement = layout.placement
     if placement is Placement.Q_HEADS:
         return shape.num_attention_heads * shape.head_dim
@@ -210,7 +165,7 @@ def _expected_rows(layout: ParamLayout, shape: ModelShape) -> int | None:
     return None
 
 
-def check_full_shape(layout: ParamLayout, full_shape: tuple[int, ...], shape: ModelShape) -> None:
+def check_full_shape(layout: ParamLayout, full_shape: tuple[int, ...], shape: DecoderShape) -> None:
     """Raises UnknownLayoutError when the HF tensor's shape does not match what the layout assumes."""
     expected = _expected_rows(layout, shape)
     bad = expected is not None and full_shape[0] != expected
@@ -224,7 +179,7 @@ def check_full_shape(layout: ParamLayout, full_shape: tuple[int, ...], shape: Mo
 
 
 def tp_slice(
-    layout: ParamLayout, full_shape: tuple[int, ...], shape: ModelShape, tp_rank: int, tp_size: int
+    layout: ParamLayout, full_shape: tuple[int, ...], shape: DecoderShape, tp_rank: int, tp_size: int
 ) -> Box:
     """The rectangle of the full HF tensor that vLLM's TP rank `tp_rank` of `tp_size` holds."""
     if not 0 <= tp_rank < tp_size:
@@ -264,7 +219,7 @@ class LocalDestination:
     padded_rows: int | None = None
 
 
-def fused_shard_rows(layout: ParamLayout, shape: ModelShape, tp_size: int) -> dict[str | int, int]:
+def fused_shard_rows(layout: ParamLayout, shape: DecoderShape, tp_size: int) -> dict[str | int, int]:
     """Rows of each part of the rank-local fused parameter, in vLLM's order (q, k, v or gate, up)."""
     if layout.fused_shard in ("q", "k", "v"):
         kv = shape.kv_heads_per_rank(tp_size) * shape.head_dim
@@ -275,7 +230,7 @@ def fused_shard_rows(layout: ParamLayout, shape: ModelShape, tp_size: int) -> di
     return {}
 
 
-def local_destination(layout: ParamLayout, shape: ModelShape, tp_size: int) -> LocalDestination:
+def local_destination(layout: ParamLayout, shape: DecoderShape, tp_size: int) -> LocalDestination:
     """Where `tp_slice(...)` lands inside TP rank's vLLM parameter (the same for every rank)."""
     if layout.placement is Placement.VOCAB:
         return LocalDestination(0, shape.padded_vocab_per_rank(tp_size))

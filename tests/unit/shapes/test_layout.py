@@ -3,10 +3,9 @@
 import pytest
 import torch
 
-from verl_like.resharding.layout import (
-    ModelShape,
+from verl_like.shapes.decoder import DecoderShape, UnknownLayoutError
+from verl_like.shapes.layout import (
     Placement,
-    UnknownLayoutError,
     local_destination,
     param_layout,
     tp_slice,
@@ -14,12 +13,12 @@ from verl_like.resharding.layout import (
 
 # 4 query heads of dim 2, hidden 8, MLP 6, vocab 70 (padded to 128 by vLLM).
 SHAPES = {
-    "gqa2": ModelShape(num_attention_heads=4, num_key_value_heads=2, head_dim=2, hidden_size=8,
-                       intermediate_size=6, vocab_size=70),
-    "mqa": ModelShape(num_attention_heads=4, num_key_value_heads=1, head_dim=2, hidden_size=8,
-                      intermediate_size=12, vocab_size=70),
-    "mha": ModelShape(num_attention_heads=4, num_key_value_heads=4, head_dim=2, hidden_size=8,
-                      intermediate_size=12, vocab_size=70),
+    "gqa2": DecoderShape(num_attention_heads=4, num_key_value_heads=2, head_dim=2, hidden_size=8,
+                         intermediate_size=6, vocab_size=70),
+    "mqa": DecoderShape(num_attention_heads=4, num_key_value_heads=1, head_dim=2, hidden_size=8,
+                        intermediate_size=12, vocab_size=70),
+    "mha": DecoderShape(num_attention_heads=4, num_key_value_heads=4, head_dim=2, hidden_size=8,
+                        intermediate_size=12, vocab_size=70),
 }
 
 
@@ -134,7 +133,7 @@ def test_vocab_parallel_slices_follow_the_padded_vocab(tp, name):
 
 
 def test_tied_lm_head_is_not_sent_and_norms_are_replicated():
-    tied = ModelShape(4, 2, 2, 8, 6, 70, tie_word_embeddings=True)
+    tied = DecoderShape(4, 2, 2, 8, 6, 70, tie_word_embeddings=True)
     assert param_layout("lm_head.weight", tied).placement is Placement.TIED
     assert param_layout("model.embed_tokens.weight", tied).placement is Placement.VOCAB
     for name in ("model.norm.weight", "model.layers.0.input_layernorm.weight",
@@ -149,7 +148,7 @@ def test_shape_from_hf_config_and_unsupported_cases():
 
     config = Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
                          vocab_size=100, tie_word_embeddings=True)
-    shape = ModelShape.from_hf_config(config)
+    shape = DecoderShape.from_hf_config(config)
     assert (shape.head_dim, shape.num_key_value_heads, shape.tie_word_embeddings) == (16, 2, True)
     with pytest.raises(UnknownLayoutError, match="does not know HF parameter 'model.layers.0.mlp.experts.w1'"):
         param_layout("model.layers.0.mlp.experts.w1", shape)
