@@ -38,7 +38,7 @@ def check_lora(config: PPOConfig) -> None:
             f"{_M}.lora_rank={model.lora_rank} exceeds vLLM's largest max_lora_rank {VLLM_LARGEST_LORA_RANK}; lower "
             f"it, or serve merged weights with {_M}.lora.merge=true"
         )
-    if arr.rollout.mode == "server" and not model.lora.merge and config.trainer.device == "cuda":
+    if config.placement.uses_servers and not model.lora.merge and config.trainer.device == "cuda":
         raise ConfigError(
             f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server on CUDA: adapter-only sync "
             "into servers is built and tested on CPU only; on the H200 (vLLM 0.25.1) a LoRA-enabled server refused "
@@ -46,7 +46,7 @@ def check_lora(config: PPOConfig) -> None:
             f"does not see through; docs/lora.md). Serve the merged policy with {_M}.lora.merge=true, or use "
             "rollout.mode=colocate (adapter-only, measured on the H200)"
         )
-    if arr.rollout.mode == "server" and not model.lora.merge and config.async_training.partial_rollout:
+    if config.placement.uses_servers and not model.lora.merge and config.async_training.partial_rollout:
         raise ConfigError(
             f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server and "
             "async_training.partial_rollout=true: a request frozen across a sync keeps the adapter it started with "
