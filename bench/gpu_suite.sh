@@ -29,6 +29,7 @@
 #                                          # compile cache), then two more; the step's start-up split in each
 #   LORA_SHAPES="0.5b 1.5b" bash bench/gpu_suite.sh lora_1gpu  # issue #28: LoRA rank 32 against full fine-tuning
 #                                          # on the TRL workload, per shape (LORA_FULL=0: the LoRA run only)
+#   bash bench/gpu_suite.sh server_lora_1gpu  # issue #28: LoRA adapter-only sync into a server on the trainer's GPU
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -231,8 +232,15 @@ lora_1gpu)
       --lora-rank 32 --out "$OUT/step_${shape}_lora32.json"
   done
   ;;
+server_lora_1gpu)  # issue #28: adapter-only LoRA sync into a vLLM server on the trainer's GPU (CUDA IPC base round)
+  SERVER_LORA=(--model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512 --steps 4 --mode server
+    --max-tokens-per-gpu 16384 --lora-rank 32 --workdir "$WORK")
+  run step_server_lora32 300 0 python bench/step_throughput.py "${SERVER_LORA[@]}" --out "$OUT/step_server_lora32.json"
+  run step_server_lora32_s1 300 0 python bench/step_throughput.py "${SERVER_LORA[@]}" --staleness 1 \
+    --out "$OUT/step_server_lora32_s1.json"
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu" >&2
   exit 2
   ;;
 esac

@@ -29,7 +29,6 @@ from verl_like.rollout.servers import ServerRollout  # noqa: E402
 from verl_like.serve import vllm_server_args  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
 from verl_like.trainer.rollout_handle import ServerModeRollout, start_servers  # noqa: E402
-from verl_like.trainer.server_placement import server_placement, server_weight_transfer  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -74,9 +73,9 @@ def shared(request, ray_cluster, tmp_path_factory):
         "actor_rollout_ref.rollout.update_weights_bucket_megabytes=1", f"actor_rollout_ref.model.path={model_dir}",
     ], check_paths=False)
     rollout = config.actor_rollout_ref.rollout
-    placement = server_placement(config, "cuda", cpus_per_process=1.0)
-    assert placement.shared and placement.trainer_fraction == 1 - FRACTION
-    assert server_weight_transfer(config, "cuda") == "ipc"  # auto: the one server shares the trainer's one GPU
+    placement = config.placement
+    assert placement.shares_trainer_devices and placement.trainer_fraction == 1 - FRACTION
+    assert placement.weight_transfer("cuda") == "ipc"  # auto: the one server shares the trainer's one GPU
     pool = ResourcePool.create([1], device="cuda", cpus_per_process=1.0, name=f"gpu_server_{weight_transfer}")
     group = WorkerGroup(pool, RoleSpec(FingerprintedActor, (model_dir, ACTOR, rollout)),
                         name=f"gpu_server_trainer_{weight_transfer}", resource_fraction=placement.trainer_fraction)

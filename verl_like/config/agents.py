@@ -20,7 +20,7 @@ def check_agent_loops(config: PPOConfig, check_paths: bool) -> None:
         raise ConfigError(
             f"{_P}.multi_turn / {_P}.agent: agent loops build their prompts from each row's chat messages; set "
             "data.return_raw_chat=true")
-    if rollout.mode == "colocate" and rollout.tensor_model_parallel_size > 1:
+    if not config.placement.uses_servers and rollout.tensor_model_parallel_size > 1:
         raise ConfigError(
             f"agent loops with {_P}.mode=colocate need {_P}.tensor_model_parallel_size=1 (got "
             f"{rollout.tensor_model_parallel_size}): the engines of a TP group must see identical request streams, "

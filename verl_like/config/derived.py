@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
+from verl_like.config.placement import check_whole_servers
 from verl_like.config.topology import Topology
 
 if TYPE_CHECKING:
-    from verl_like.config.pools import ResourcePoolConfig
     from verl_like.config.ppo import PPOConfig
 
 # Estimators whose advantage needs a learned value function (hence a critic).
@@ -113,16 +113,6 @@ def uses_critic(config: PPOConfig) -> bool:
     return config.algorithm.adv_estimator in VALUE_ESTIMATORS
 
 
-def _server_count(pool: ResourcePoolConfig, tp: int) -> int:
-    if pool.n_gpus_per_node % tp:
-        raise ConfigError(
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide "
-            f"rollout_pool.n_gpus_per_node={pool.n_gpus_per_node} (a server's TP ranks sit on one node); choose a "
-            "TP size that divides it"
-        )
-    return pool.world_size // tp
-
-
 def _workers(node: str, nnodes: int, per_node: int) -> str:
     return f"{node}.nnodes={nnodes} x {node}.n_gpus_per_node={per_node} workers"
 
@@ -136,9 +126,8 @@ def derive_sizes(config: PPOConfig) -> DerivedSizes:
     use_critic = uses_critic(config)
     use_reference = config.algorithm.use_kl_in_reward or actor.use_kl_loss or config.online_dpo.enable
     topology = Topology.of(config, use_reference, use_critic)
-    servers = 0
-    if rollout.mode == "server":
-        servers = len(rollout.server.address) or _server_count(config.rollout_pool, tp)
+    check_whole_servers(config)
+    servers = config.placement.servers
     n, train_batch = rollout.n, config.data.train_batch_size
     samples, per_rank, micro = _mini_batch_split(
         actor.PREFIX, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu, actor.use_dynamic_bsz, n,

@@ -38,7 +38,7 @@ def check_lora(config: PPOConfig) -> None:
             f"{_M}.lora_rank={model.lora_rank} exceeds vLLM's largest max_lora_rank {VLLM_LARGEST_LORA_RANK}; lower "
             f"it, or serve merged weights with {_M}.lora.merge=true"
         )
-    if arr.rollout.mode == "server" and not model.lora.merge and config.async_training.partial_rollout:
+    if config.placement.uses_servers and not model.lora.merge and config.async_training.partial_rollout:
         raise ConfigError(
             f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server and "
             "async_training.partial_rollout=true: a request frozen across a sync keeps the adapter it started with "

@@ -79,14 +79,14 @@ class RolePoolConfig:
 
 
 def cluster_processes(config: "PPOConfig") -> tuple[int, int]:
-    """(processes, GPUs) a run places on its cluster: the trainer's group, the vLLM servers it starts (server mode
-    without server.address: one process per TP devices of rollout_pool) and roles on pools of their own."""
+    """(processes, GPUs) a run places on its cluster: the trainer's group, the vLLM servers it starts on
+    rollout_pool (one process per TP devices) and roles on pools of their own."""
     processes = gpus = config.trainer.world_size
-    rollout = config.actor_rollout_ref.rollout
+    placement = config.placement
     # Servers sharing the trainer's devices take fractions of its bundles: no slots of their own.
-    if rollout.mode == "server" and not rollout.server.address and not config.rollout_pool.shares_trainer_devices:
-        processes += config.rollout_pool.world_size // rollout.tensor_model_parallel_size
-        gpus += config.rollout_pool.world_size
+    if placement.pool_devices:
+        processes += placement.servers
+        gpus += placement.pool_devices
     for pool in (config.critic_pool, config.reward_model_pool):
         processes += pool.world_size
         gpus += pool.world_size
@@ -95,71 +95,12 @@ def cluster_processes(config: "PPOConfig") -> tuple[int, int]:
 
 def cluster_summary(config: "PPOConfig") -> str:
     """Who takes the cluster's slots, for error messages."""
-    rollout = config.actor_rollout_ref.rollout
     parts = [f"trainer.nnodes x trainer.n_gpus_per_node = {config.trainer.world_size} trainer workers"]
-    if rollout.mode == "server" and not rollout.server.address and config.rollout_pool.shares_trainer_devices:
-        parts.append(f"{config.trainer.world_size} vLLM server(s) sharing the trainer's devices "
-                     f"(rollout_pool.gpu_fraction={config.rollout_pool.gpu_fraction:g})")
-    elif rollout.mode == "server" and not rollout.server.address:
-        parts.append(f"{config.rollout_pool.world_size // rollout.tensor_model_parallel_size} vLLM server(s) on "
-                     f"rollout_pool ({config.rollout_pool.world_size} devices)")
+    servers = config.placement.describe()
+    if servers:
+        parts.append(servers)
     for name in ("critic_pool", "reward_model_pool"):
         size = getattr(config, name).world_size
         if size:
             parts.append(f"{size} on {name}")
     return " + ".join(parts)
-
-
-def check_server_placement(config: "PPOConfig") -> None:
-    """rollout_pool.gpu_fraction > 0 (servers on the trainer's devices) must fit the rest of the placement."""
-    pool, trainer, rollout = config.rollout_pool, config.trainer, config.actor_rollout_ref.rollout
-    if not pool.shares_trainer_devices:
-        return
-    key = f"rollout_pool.gpu_fraction={pool.gpu_fraction:g}"
-    if rollout.mode != "server":
-        raise ConfigError(f"{key} places vLLM servers, which only actor_rollout_ref.rollout.mode=server starts; set "
-                          "rollout_pool.gpu_fraction=0 (the colocated engine already shares the trainer's devices)")
-    if rollout.server.address:
-        raise ConfigError(f"{key} places the servers the trainer starts, but rollout.server.address names servers "
-                          "you started; set one of them")
-    if rollout.tensor_model_parallel_size != 1:
-        raise ConfigError(
-            f"{key} puts one server on each trainer device, so actor_rollout_ref.rollout.tensor_model_parallel_size"
-            f"={rollout.tensor_model_parallel_size} must be 1; set rollout_pool.gpu_fraction=0 to give TP servers "
-            "devices of their own"
-        )
-    if (pool.nnodes, pool.n_gpus_per_node) != (trainer.nnodes, trainer.n_gpus_per_node):
-        raise ConfigError(
-            f"{key} puts one server on each trainer device, but rollout_pool.nnodes={pool.nnodes} x "
-            f"n_gpus_per_node={pool.n_gpus_per_node} differs from trainer.nnodes={trainer.nnodes} x "
-            f"n_gpus_per_node={trainer.n_gpus_per_node}; set rollout_pool's to the trainer's"
-        )
-    if rollout.gpu_memory_utilization > pool.gpu_fraction:
-        raise ConfigError(
-            f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization:g} exceeds {key}: "
-            f"the server would take device memory the trainer's share (1 - gpu_fraction) needs; set "
-            f"gpu_memory_utilization <= {pool.gpu_fraction:g} or raise gpu_fraction"
-        )
-
-
-def check_weight_transfer(config: "PPOConfig") -> None:
-    """rollout.server.weight_transfer=ipc needs CUDA and every server on the trainer's rank-0 GPU (the sender's)."""
-    rollout, pool, trainer = config.actor_rollout_ref.rollout, config.rollout_pool, config.trainer
-    if rollout.mode != "server" or rollout.server.weight_transfer != "ipc":
-        return
-    key = "actor_rollout_ref.rollout.server.weight_transfer=ipc"
-    if trainer.device == "cpu":
-        raise ConfigError(f"{key} moves CUDA memory, but trainer.device=cpu; set weight_transfer=gloo (or auto)")
-    if rollout.server.address:
-        return  # the user's servers: the sender checks at connect that they sit on its GPU (by GPU UUID)
-    if not pool.shares_trainer_devices:
-        raise ConfigError(
-            f"{key} needs the servers on the trainer's GPU, but rollout_pool.gpu_fraction=0 gives them devices of "
-            "their own; set rollout_pool.gpu_fraction in (0, 1) or weight_transfer=gloo (or auto)"
-        )
-    if trainer.world_size != 1:
-        raise ConfigError(
-            f"{key}: the trainer's rank 0 sends, and with trainer.nnodes x n_gpus_per_node={trainer.world_size} "
-            "devices the servers of the other devices sit on other GPUs; use one trainer device or "
-            "weight_transfer=gloo (or auto)"
-        )

@@ -11,6 +11,7 @@ from verl_like.config.data import DataConfig
 from verl_like.config.derived import DerivedSizes, derive_sizes
 from verl_like.config.distillation import DistillationConfig
 from verl_like.config.online_dpo import OnlineDPOConfig
+from verl_like.config.placement import RolloutPlacement
 from verl_like.config.pools import ResourcePoolConfig, RolePoolConfig
 from verl_like.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl_like.config.roles import ActorRolloutRefConfig, CriticRoleConfig
@@ -28,7 +29,8 @@ class PPOConfig:
     critic_pool / reward_model_pool: RolePoolConfig (a role on devices of its own; default colocated).
     online_dpo: OnlineDPOConfig (the online-DPO trainer).
     distillation: DistillationConfig (on-policy distillation from a teacher).
-    `derived` (not a key) holds the per-rank and per-step sizes computed from these.
+    `derived` and `placement` (not keys) hold the per-rank and per-step sizes and the rollout's placement
+    computed from these.
     """
 
     data: DataConfig = field(default_factory=DataConfig)
@@ -49,3 +51,8 @@ class PPOConfig:
     def derived(self) -> DerivedSizes:
         """Per-rank / per-step sizes, computed on first use (ConfigError if the sizes do not split evenly)."""
         return derive_sizes(self)
+
+    @functools.cached_property
+    def placement(self) -> RolloutPlacement:
+        """Where the rollout runs (config/placement.py), decided once; never raises (validation reports misfits)."""
+        return RolloutPlacement.of(self)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
 from verl_like.config.megatron import MegatronConfig
+from verl_like.config.placement import rollout_in_workers
 
 if TYPE_CHECKING:
     from verl_like.config.actor import ActorConfig
@@ -150,6 +151,6 @@ def actor_group_topology(
         ref_layout = role_topology("ref", world_size, ref.strategy or actor.strategy, ref.megatron or actor.megatron,
                                    "actor_rollout_ref.ref")
     rollout_layout = None
-    if rollout.mode == "colocate":
+    if rollout_in_workers(rollout):
         rollout_layout = rollout_topology(world_size, rollout.tensor_model_parallel_size)
     return Topology(actor_layout, ref_layout, None, rollout_layout)

@@ -20,7 +20,8 @@ from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
 from verl_like.config.lora import check_lora
-from verl_like.config.pools import check_server_placement, check_weight_transfer, cluster_processes, cluster_summary
+from verl_like.config.placement import check_server_placement, check_weight_transfer
+from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.tokenizer_check import check_same_tokenizer
 from verl_like.config.online_dpo import check_online_dpo
 from verl_like.config.model import ModelConfig, is_builtin_model, max_position_embeddings, tiny_model_spec
@@ -102,10 +103,10 @@ def check_data_file_types(config: PPOConfig) -> None:
 
 
 def _check_async(config: PPOConfig) -> None:
-    async_training, rollout = config.async_training, config.actor_rollout_ref.rollout
+    async_training = config.async_training
     if not async_training.enable:
         return
-    if rollout.mode != "server":
+    if not config.placement.uses_servers:
         raise ConfigError(
             "async_training.enable=true overlaps generation with the update, which needs the rollout in its own "
             "processes: set actor_rollout_ref.rollout.mode=server (the colocated engine shares the trainer's process)"

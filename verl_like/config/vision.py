@@ -18,10 +18,10 @@ def check_vision_options(config: Any) -> None:
     """Raises ConfigError for the first setting image prompts do not support yet."""
     rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
     refusals = (
-        (rollout.mode == "server" and config.async_training.partial_rollout,
+        (config.placement.uses_servers and config.async_training.partial_rollout,
          "async_training.partial_rollout=true with rollout.mode=server: no test checks yet that an image request "
          "frozen across a weight update gets its vision embeddings recomputed by the new weights; set it to false"),
-        (rollout.mode == "server" and config.actor_rollout_ref.model.lora_rank > 0
+        (config.placement.uses_servers and config.actor_rollout_ref.model.lora_rank > 0
          and not config.actor_rollout_ref.model.lora.merge,
          f"{_A}.model.lora_rank={config.actor_rollout_ref.model.lora_rank} with rollout.mode=server: adapter-only "
          "sync into servers is not tested with image prompts yet; set actor_rollout_ref.model.lora.merge=true or "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from verl_like.config.placement import PlacementKind
 from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.ppo import PPOConfig
 from verl_like.trainer.preflight import PreflightError, check_data_files, check_data_sources_have_scorers
@@ -39,14 +40,15 @@ def _roles(config: PPOConfig) -> list[str]:
     devices = f"{trainer.nnodes} node(s) x {trainer.n_gpus_per_node} {trainer.device} worker(s)"
     lines = [f"actor ({actor.strategy}): {derived.world_size} workers on {devices}, data-parallel size "
              f"{derived.actor_dp_size}"]
-    if rollout.mode == "colocate":
+    placement = config.placement
+    if placement.kind is PlacementKind.COLOCATED:
         lines.append(f"rollout ({rollout.name}, in each actor worker): tensor-parallel {derived.rollout_tp_size}, "
                      f"{derived.rollout_dp_size} engine(s)")
-    elif rollout.server.address:
-        lines.append(f"rollout: vLLM servers at {', '.join(rollout.server.address)}")
+    elif placement.kind is PlacementKind.USER_SERVERS:
+        lines.append(f"rollout: vLLM servers at {', '.join(placement.addresses)}")
     else:
-        where = ("sharing the trainer's devices" if config.rollout_pool.shares_trainer_devices
-                 else f"on rollout_pool ({config.rollout_pool.world_size} devices)")
+        where = ("sharing the trainer's devices" if placement.shares_trainer_devices
+                 else f"on rollout_pool ({placement.pool_devices} devices)")
         lines.append(f"rollout: {derived.rollout_dp_size} vLLM server(s) {where}, tensor-parallel "
                      f"{derived.rollout_tp_size}")
     if derived.use_reference_policy:

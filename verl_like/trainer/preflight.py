@@ -182,9 +182,8 @@ def check_devices(config: PPOConfig, cuda_devices: int | None = None) -> None:
                 "set trainer.device=cpu (or auto), or run on a GPU machine / join a GPU cluster with trainer.ray_address"
             )
         if asked > min(cuda_devices, asked_gpus):
-            rollout = config.actor_rollout_ref.rollout
             share = ""
-            if rollout.mode == "server" and not rollout.server.address and asked > config.trainer.world_size:
+            if config.placement.starts_servers and asked > config.trainer.world_size:
                 share = (", or set rollout_pool.gpu_fraction=0.5 (and rollout.gpu_memory_utilization <= 0.5) to run "
                          "the servers on the trainer's GPUs")
             raise PreflightError(

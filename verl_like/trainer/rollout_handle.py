@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from verl_like.config.placement import PlacementKind
 from verl_like.protocol import DataProto
 from verl_like.rollout.request import GenerationRequest
 from verl_like.single_controller import ResourcePool
 from verl_like.single_controller.worker_group import RoleHandle
-from verl_like.trainer.server_placement import server_placement
 from verl_like.workers.train_request import TrainRequest
 
 if TYPE_CHECKING:  # server mode's HTTP client (httpx) is imported only when a run uses servers
@@ -307,19 +307,18 @@ def launch_servers(
     Started servers run under `RolloutServerWorker` actors, one per `tensor_model_parallel_size` devices; all are
     launched at once, then (in `wait_ready`) each must answer /health within server.start_timeout_s (an error
     names it and shows its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles,
-    one each, instead of a pool of their own (trainer/server_placement.py); no pool is then returned (the
+    one each, instead of a pool of their own (config/placement.py); no pool is then returned (the
     trainer's owns it).
     """
     from verl_like.workers.rollout_server import RolloutServerWorker
 
-    rollout = config.actor_rollout_ref.rollout
-    server = rollout.server
+    server = config.actor_rollout_ref.rollout.server
+    placement = config.placement
     started = time.monotonic()
-    if server.address:
-        return LaunchedServers(server, started, ready_timeout_s, addresses=list(server.address))
-    tp = rollout.tensor_model_parallel_size
-    placement = server_placement(config, device, cpus_per_process)
-    if placement.shared:
+    if placement.kind is PlacementKind.USER_SERVERS:
+        return LaunchedServers(server, started, ready_timeout_s, addresses=list(placement.addresses))
+    tp = placement.tp_size
+    if placement.shares_trainer_devices:
         if trainer_pool is None:
             raise ValueError("rollout_pool.gpu_fraction > 0 puts the servers on the trainer's pool: pass trainer_pool")
         pool, owned = trainer_pool, None
@@ -335,7 +334,7 @@ def launch_servers(
         remote = ray.remote(RolloutServerWorker)
         for index, slot in enumerate(pool.slots):
             options = {
-                **placement.actor_resources(),
+                **placement.server_resources(device, cpus_per_process),
                 "max_restarts": 0,
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(slot.placement_group, slot.bundle_index),
                 "name": f"verl_like_rollout_server_{index}_{id(pool)}",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from verl_like.config.placement import PlacementKind
 from verl_like.config.ppo import PPOConfig
 from verl_like.config.rollout import uses_agent_loops
 from verl_like.protocol import DataProto
@@ -18,7 +19,6 @@ from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, ServerModeRollout, launch_servers
-from verl_like.trainer.server_placement import server_placement, server_weight_transfer
 from verl_like.utils.device import resolve_device
 from verl_like.utils.progress import phase
 
@@ -136,7 +136,7 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
                                    override_config=dict(model.override_config))
         overrides = resolved_overrides(hf_config, dict(model.override_config))
     device = resolve_device(trainer.device)
-    args = vllm_server_args(rollout, overrides, model.trust_remote_code, server_weight_transfer(config, device))
+    args = vllm_server_args(rollout, overrides, model.trust_remote_code, config.placement.weight_transfer(device))
     if serves_adapters(config):
         from verl_like.rollout.server_lora import server_lora_args, window_size
 
@@ -150,15 +150,7 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
 def serves_adapters(config: PPOConfig) -> bool:
     """Server mode with LoRA adapter-only sync: the servers serve adapters (rollout/server_lora.py)."""
     model = config.actor_rollout_ref.model
-    return config.actor_rollout_ref.rollout.mode == "server" and model.lora_enabled and not model.lora.merge
-
-
-def _servers_start_early(config: PPOConfig) -> bool:
-    """Whether the servers launch before the trainer's workers, so that their start (vLLM's imports in two or three
-    processes, the engine's) overlaps the workers': servers we start on devices of their own (a user's servers at
-    rollout.server.address run already; servers on the trainer's devices wait for its models)."""
-    return (config.actor_rollout_ref.rollout.mode == "server" and not config.actor_rollout_ref.rollout.server.address
-            and not config.rollout_pool.shares_trainer_devices)
+    return config.placement.uses_servers and model.lora_enabled and not model.lora.merge
 
 
 def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
@@ -176,11 +168,12 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
 
     rollout = config.actor_rollout_ref.rollout
     if launched is None:
-        if config.rollout_pool.shares_trainer_devices and not rollout.server.address:
+        if config.placement.shares_trainer_devices:
             pending.result()
         launched = _launch_servers(config, model_path, trainer_pool)
     clients, supervisors, pool = launched.wait_ready()
-    if serves_adapters(config) and rollout.server.address:  # a user's servers: launched with LoRA and its window?
+    # A user's servers: were they launched with LoRA and its window?
+    if serves_adapters(config) and config.placement.kind is PlacementKind.USER_SERVERS:
         from verl_like.resharding.transports.server_adapter import check_lora_servers
         from verl_like.rollout.server_lora import window_size
 
@@ -193,7 +186,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
                             retry_backoff_s=rollout.server.retry_backoff_s)
     # Partial rollout freezes in-flight requests across an update instead of waiting for them.
     pause_mode = "keep" if config.async_training.partial_rollout else rollout.server.pause_mode
-    weight_transfer = server_weight_transfer(config, resolve_device(config.trainer.device))
+    weight_transfer = config.placement.weight_transfer(resolve_device(config.trainer.device))
     addresses = [client.address for client in clients]
 
     def link() -> list[dict[str, float]]:
@@ -360,8 +353,8 @@ def build_components(
 
             roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
         # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
-        placement = server_placement(config, resolve_device(trainer.device), trainer.cpus_per_worker)
-        launched = _launch_servers(config, model_path, None) if _servers_start_early(config) else None
+        placement = config.placement
+        launched = _launch_servers(config, model_path, None) if placement.servers_start_early else None
         with phase(f"starting {derived.world_size} trainer worker process(es)", log=logger):
             group = WorkerGroup(
                 pool,
@@ -404,7 +397,7 @@ def build_components(
             handles[name] = groups[-1].role(name)
         critic, reward_model = handles.get("critic"), handles.get("reward_model")
         teacher = group.role("teacher") if config.distillation.enable else None
-        if config.actor_rollout_ref.rollout.mode == "server":
+        if placement.uses_servers:
             # From here _server_rollout owns the launched servers (it releases them if it fails).
             early, launched = launched, None
             with phase("building the trainer's models, starting the vLLM servers, first sync", log=logger):

@@ -15,9 +15,9 @@ rank 0 of the last pipeline stage); "rollout" = TP groups of `tensor_model_paral
 group one DP rank that receives one chunk, and its TP rank 0 returns it.
 
 Weights reach the rollout through one `WeightTransport` (resharding/transports/), chosen once: sliced for an engine
-that loads TP slices, full tensors otherwise (or into the user's `update_rollout_weights`). With
-rollout.mode=server the worker holds no engine: `connect_rollout_servers(addresses)` builds the server transport
-(rank 0 sends through vLLM's weight-transfer API) and the driver generates through the servers.
+that loads TP slices, full tensors otherwise (or into the user's `update_rollout_weights`). With the
+rollout in servers (the driver's topology has no rollout layout then) the worker holds no engine:
+`connect_rollout_servers(addresses)` builds the server transport (rank 0 sends) and the driver generates.
 
 Custom engines, two ways (examples/custom_rollout_worker.py):
 - override `build_rollout_engine()` to return your own RolloutEngine (its `load_weights` gets full tensors);
@@ -223,7 +223,7 @@ class ActorRolloutWorker(Worker):
             ))
             self.ref.engine.offload()
             lap("ref_engine")
-        if self.rollout_config.mode == "server":
+        if self.topology.rollout is None:
             # The rollout lives in vLLM servers; connect_rollout_servers() builds the transport to them.
             self.actor.engine.offload()
             logger.info("rank %d: actor ready (rollout in servers; %s)", self.rank, startup)
@@ -250,7 +250,7 @@ class ActorRolloutWorker(Worker):
         weight-transfer API) and sends the current weights once (again after a server restarted: a new group, a
         full sync); weight_sync/* metrics. pause_mode: what in-flight
         requests do during an update ("abort" or "keep"; default rollout.server.pause_mode). weight_transfer:
-        "gloo" or "ipc", the servers' engine (trainer/server_placement.py:server_weight_transfer resolves auto)."""
+        "gloo" or "ipc", the servers' engine (config/placement.py:RolloutPlacement.weight_transfer resolves auto)."""
         from verl_like.resharding.transports.server import ServerTransport, ServerTransportOptions
         from verl_like.utils.device import node_ip_address
 
@@ -290,7 +290,7 @@ class ActorRolloutWorker(Worker):
         reloaded discarded weights.
         """
         actor = self._require(self.actor, "generate_sequences")
-        if self.rollout_config.mode == "server":
+        if self.topology.rollout is None:
             raise RuntimeError("generate_sequences: actor_rollout_ref.rollout.mode=server generates in the vLLM "
                                "servers (trainer/rollout_handle.py), not in the trainer's workers")
         self._check_rollout_current(actor.engine.global_step)
@@ -564,7 +564,7 @@ class ActorRolloutWorker(Worker):
 
     def _scores_text_rollouts(self, data: DataProto) -> bool:
         """Whether `data` is a text-hook rollout that compute_log_prob completes with "rollout_log_probs"."""
-        text_hook = type(self).generate is not ActorRolloutWorker.generate and self.rollout_config.mode != "server"
+        text_hook = type(self).generate is not ActorRolloutWorker.generate and self.topology.rollout is not None
         return text_hook and "rollout_log_probs" not in data.batch.keys()
 
     def _global_rollout_rate(self, out: DataProto, seconds: float) -> dict[str, float]:

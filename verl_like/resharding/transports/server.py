@@ -8,7 +8,7 @@ pause. The whole model is never gathered on one device: every trainer rank takes
 at a time from the FSDP shards, and rank 0 holds at most one bucket. A failed update tears the group down; the
 next update builds it again.
 
-Two links carry the buckets (`rollout.server.weight_transfer`, resolved by trainer/server_placement.py):
+Two links carry the buckets (`rollout.server.weight_transfer`, resolved by config/placement.py):
 - gloo: a gloo group of rank 0 and every server worker, joined at init; the servers run our gloo engine
   (`verl_like.rollout.server_extension`), on GPUs through host memory.
 - ipc: vLLM's own CUDA-IPC engine, for servers on rank 0's GPU (checked by GPU UUID at init). Rank 0 packs each
@@ -200,7 +200,7 @@ class WeightSender:
     def __init__(self, clients: list[ServerClient], options: ServerTransportOptions) -> None:
         if options.weight_transfer not in ("gloo", "ipc"):
             raise ValueError(f"weight_transfer={options.weight_transfer!r} must be 'gloo' or 'ipc' (auto is resolved "
-                             "by trainer/server_placement.py:server_weight_transfer)")
+                             "by config/placement.py:RolloutPlacement.weight_transfer)")
         self.clients = clients
         self.options = options
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(clients)), thread_name_prefix="weight-http")
