@@ -30,6 +30,7 @@
 #   LORA_SHAPES="0.5b 1.5b" bash bench/gpu_suite.sh lora_1gpu  # issue #28: LoRA rank 32 against full fine-tuning
 #                                          # on the TRL workload, per shape (LORA_FULL=0: the LoRA run only)
 #   bash bench/gpu_suite.sh server_lora_1gpu  # issue #28: LoRA adapter-only sync into a server on the trainer's GPU
+#   bash bench/gpu_suite.sh decode_knobs_1gpu # issue #30: raw vLLM decode under engine knobs
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -239,8 +240,11 @@ server_lora_1gpu)  # issue #28: adapter-only LoRA sync into a vLLM server on the
   run step_server_lora32_s1 300 0 python bench/step_throughput.py "${SERVER_LORA[@]}" --staleness 1 \
     --out "$OUT/step_server_lora32_s1.json"
   ;;
+decode_knobs_1gpu)  # issue #30: raw vLLM decode on TRL's workload under engine knobs (async scheduling, core process...)
+  run decode_knobs 540 0 python bench/vllm_decode_knobs.py --workdir "$WORK"
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu" >&2
   exit 2
   ;;
 esac
