@@ -38,14 +38,6 @@ def check_lora(config: PPOConfig) -> None:
             f"{_M}.lora_rank={model.lora_rank} exceeds vLLM's largest max_lora_rank {VLLM_LARGEST_LORA_RANK}; lower "
             f"it, or serve merged weights with {_M}.lora.merge=true"
         )
-    if config.placement.uses_servers and not model.lora.merge and config.trainer.device == "cuda":
-        raise ConfigError(
-            f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server on CUDA: adapter-only sync "
-            "into servers is not yet verified on a GPU. On the H200 (vLLM 0.25.1) a LoRA-enabled server refused the "
-            "base weights through vLLM's LoRA wrappers; the servers' engines now load through the wrapped layers "
-            "(rollout/server_extension.py, tested on CPU) but that has not run on CUDA yet (docs/lora.md). Serve the "
-            f"merged policy with {_M}.lora.merge=true, or use rollout.mode=colocate (adapter-only, measured on the H200)"
-        )
     if config.placement.uses_servers and not model.lora.merge and config.async_training.partial_rollout:
         raise ConfigError(
             f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server and "

@@ -66,10 +66,16 @@ def test_vllm_max_lora_rank_is_the_smallest_allowed_that_holds_the_adapter(rank,
     assert vllm_max_lora_rank(rank) == engine_rank
 
 
-def test_adapter_only_server_mode_on_cuda_is_refused_until_verified_on_a_gpu():
-    """The fix for the H200 failure (vLLM 0.25.1) is built but has not run on CUDA: refused before Ray."""
-    overrides = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.rollout.mode=server", "trainer.device=cuda"]
-    with pytest.raises(ConfigError, match="on CUDA: adapter-only sync into servers is not yet verified on a GPU"):
-        load_config(overrides, check_paths=False)
-    config = load_config([*overrides, "actor_rollout_ref.model.lora.merge=true"], check_paths=False)
-    assert config.actor_rollout_ref.model.lora.merge
+def test_adapter_only_server_mode_on_cuda_is_accepted_in_both_weight_paths():
+    """Adapter-only sync into a server on CUDA (measured on the H200: bench/gpu_suite.sh server_lora_1gpu) loads
+    under either weight-transfer engine; only the partial-rollout combination stays refused."""
+    base = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.rollout.mode=server", "trainer.device=cuda"]
+    for transfer in ("auto", "gloo", "ipc"):
+        config = load_config([*base, "trainer.n_gpus_per_node=1", "rollout_pool.gpu_fraction=0.3",
+                              "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+                              f"actor_rollout_ref.rollout.server.weight_transfer={transfer}"],
+                             check_paths=False)
+        assert not config.actor_rollout_ref.model.lora.merge and config.placement.uses_servers
+    with pytest.raises(ConfigError, match="async_training.partial_rollout=true"):
+        load_config([*base, "async_training.enable=true", "async_training.staleness=1",
+                     "async_training.partial_rollout=true"], check_paths=False)
