@@ -20,6 +20,9 @@ from typing import Any
 
 import torch
 
+MROPE_POSITIONS = "mrope_position_ids"  # batch key: (rows, 3, seq_len)
+MROPE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+
 
 class MRopeIndex:
     """`prompt_positions` for one model config, through the HF model's `get_rope_index`."""
