@@ -4,7 +4,7 @@ A model whose config has a `vision_config` (Idefics3 / SmolVLM) is loaded with `
 Its batches carry `pixel_values` (rows, image slots, C, H, W) and `pixel_attention_mask` (rows, slots, H, W), made
 once per prompt by the dataset (data/vision.py) and passed with each padded micro-batch; all-zero slots are padding
 the model drops. `freeze_vision_tower` stops gradients into the vision encoder (the connector and the language
-model still train). The image placeholder's logit is masked to a large negative value: the rollout never samples it
+model still train; Qwen2-VL's connector is the tower's `merger`). The image placeholder's logit is masked to a large negative value: the rollout never samples it
 (rollout/vllm_vision.py), and both sides then normalise over the same vocabulary.
 
 Supported families, by the inputs their HF model takes beside input_ids:
@@ -65,6 +65,9 @@ def prepare_vision_model(model: torch.nn.Module, freeze_vision_tower: bool) -> N
     if freeze_vision_tower:
         tower = vision_tower(model)
         tower.requires_grad_(False)
+        merger = getattr(tower, "merger", None)  # Qwen2-VL's connector lives in its tower; it keeps training
+        if merger is not None:
+            merger.requires_grad_(True)
         logger.info("vision tower frozen: %.2fM parameters", sum(p.numel() for p in tower.parameters()) / 1e6)
     # FSDP2 shards each `_no_split_modules` block; Idefics3 names its vision *attention*, whose output is a view
     # (FSDP2 warns that an in-place op on it would skip the backward all-gather). Its encoder layer is the block.

@@ -57,6 +57,8 @@ class TinyQwenVLSpec:
     vision_intermediate_size: int = 128
     vision_heads: int = 2
     patch_size: int = 14
+    window_size: int = 56  # Qwen2.5-VL's window attention side in pixels (the checkpoints: 112)
+    fullatt_block_indexes: tuple[int, ...] = ()  # Qwen2.5-VL's full-attention blocks; () = the last one
     image_side: int = 112
     torch_dtype: str = "float32"
     seed: int = 0
@@ -114,11 +116,11 @@ def model_config(spec: TinyQwenVLSpec, tokenizer):
     else:
         from transformers import Qwen2_5_VLConfig as config_class
 
-        # Window attention over 2 x 2 merged units, one full-attention block last (as the checkpoints alternate).
+        # Window attention in most blocks, full attention in some (by default the last).
         vision = {"depth": spec.vision_depth, "hidden_size": spec.vision_hidden_size,
                   "intermediate_size": spec.vision_intermediate_size, "num_heads": spec.vision_heads,
-                  "out_hidden_size": spec.hidden_size, "window_size": 4 * spec.patch_size,
-                  "fullatt_block_indexes": [spec.vision_depth - 1]}
+                  "out_hidden_size": spec.hidden_size, "window_size": spec.window_size,
+                  "fullatt_block_indexes": list(spec.fullatt_block_indexes or (spec.vision_depth - 1,))}
     vision.update(patch_size=spec.patch_size, spatial_merge_size=2, temporal_patch_size=2)
     return config_class(text_config=text, vision_config=vision, tie_word_embeddings=False, dtype=spec.torch_dtype,
                         **ids)

@@ -56,3 +56,13 @@ def test_model_inputs_concatenate_each_rows_patches_in_row_order_and_transpose_t
 def test_response_positions_count_on_from_the_prompts_largest_position():
     prompt = torch.tensor([[[0, 0, 1, 2, 2, 4], [0, 0, 1, 2, 3, 4], [0, 0, 1, 2, 3, 4]]])  # an image, then text
     assert continue_positions(prompt, 3)[0, :, 6:].tolist() == [[5, 6, 7]] * 3
+
+
+def test_a_frozen_qwen2_vl_tower_keeps_its_merger_training(tmp_path):
+    from verl_like.models.tiny_qwen_vl import TinyQwenVLSpec, build_tiny_qwen_vl
+
+    path = build_tiny_qwen_vl(tmp_path / "qwen2_vl", TinyQwenVLSpec(model_type="qwen2_vl"))
+    model = load_model(EngineConfig(model_path=str(path), freeze_vision_tower=True))
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and all(".visual." in name and ".merger." not in name for name in frozen)
+    assert any(".visual.merger." in name for name, p in model.named_parameters() if p.requires_grad)
