@@ -4,8 +4,9 @@ A model whose config has a `vision_config` (Idefics3 / SmolVLM) is loaded with `
 Its batches carry `pixel_values` (rows, image slots, C, H, W) and `pixel_attention_mask` (rows, slots, H, W), made
 once per prompt by the dataset (data/vision.py) and passed with each padded micro-batch; all-zero slots are padding
 the model drops. `freeze_vision_tower` stops gradients into the vision encoder (the connector and the language
-model still train; Qwen2-VL's connector is the tower's `merger`). The image placeholder's logit is masked to a large negative value: the rollout never samples it
-(rollout/vllm_vision.py), and both sides then normalise over the same vocabulary.
+model still train; Qwen2-VL's connector is the tower's `merger`). The image placeholder's logit is masked to a
+large negative value: the rollout never samples it (rollout/vllm_vision.py), and both sides then normalise over the
+same vocabulary.
 
 Supported families, by the inputs their HF model takes beside input_ids:
 - Idefics3 / SmolVLM: `pixel_values` (rows, slots, C, H, W) and `pixel_attention_mask`, passed as they are.
@@ -25,11 +26,12 @@ from typing import Any
 
 import torch
 
+from verl_like.data.mrope import MROPE_MODEL_TYPES, MROPE_POSITIONS
+
 logger = logging.getLogger(__name__)
 
 # Every per-row tensor an image batch may carry to the model; each family uses some of them.
-VISION_TENSOR_KEYS = ("pixel_values", "pixel_attention_mask", "image_grid_thw", "mrope_position_ids")
-MROPE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+VISION_TENSOR_KEYS = ("pixel_values", "pixel_attention_mask", "image_grid_thw", MROPE_POSITIONS)
 SUPPORTED_VISION_MODEL_TYPES = ("idefics3", "smolvlm", *MROPE_MODEL_TYPES)
 # Far below any real logit, finite so that softmax gives 0 and entropy's p * log p stays 0 (not nan), even after
 # division by a temperature < 1.
@@ -105,7 +107,7 @@ def model_inputs(tensors: Any) -> dict[str, torch.Tensor]:
     grid, pixels = tensors["image_grid_thw"], tensors["pixel_values"]
     patches = grid.prod(dim=-1)  # (rows, images): 0 for an empty image slot
     per_row = patches.sum(dim=-1).tolist()
-    inputs = {"position_ids": tensors["mrope_position_ids"].transpose(0, 1)}
+    inputs = {"position_ids": tensors[MROPE_POSITIONS].transpose(0, 1)}
     if sum(per_row):
         # Row order, then image order within a row: the order of the placeholders the model fills.
         inputs["pixel_values"] = torch.cat([pixels[row, :count] for row, count in enumerate(per_row)])
