@@ -12,18 +12,16 @@ On a machine with torchvision, `AutoProcessor` and vLLM load the folder; the pro
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from verl_like.models.tiny import ALPHABET, CHAT_TEMPLATE, build_tokenizer
+from verl_like.models.tiny import write_folder_atomically
+from verl_like.models.tiny_vlm import folder_built_from, tokenizer_with, vision_spec_hash
 
 logger = logging.getLogger(__name__)
 
@@ -78,16 +76,12 @@ class TinyQwenVLSpec:
         return (self.image_side // self.patch_size // 2) ** 2
 
     def spec_hash(self) -> str:
-        layout = {"alphabet": ALPHABET, "vision_tokens": VISION_TOKENS, "chat_template": CHAT_TEMPLATE}
-        payload = json.dumps({"spec": dataclasses.asdict(self), **layout}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return vision_spec_hash(self, VISION_TOKENS)
 
 
 def build_qwen_vl_tokenizer():
     """The tiny character tokenizer with Qwen's vision tokens appended as special tokens."""
-    tokenizer = build_tokenizer("chars")
-    tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
-    return tokenizer
+    return tokenizer_with(VISION_TOKENS)
 
 
 def model_config(spec: TinyQwenVLSpec, tokenizer):
@@ -148,8 +142,7 @@ def _processor_files(spec: TinyQwenVLSpec) -> dict[str, dict]:
 
 
 def _is_built(out_dir: Path, spec: TinyQwenVLSpec) -> bool:
-    spec_file = out_dir / _SPEC_FILE
-    return spec_file.is_file() and json.loads(spec_file.read_text()).get("hash") == spec.spec_hash()
+    return folder_built_from(out_dir, _SPEC_FILE, spec.spec_hash())
 
 
 def build_tiny_qwen_vl(out_dir: str | os.PathLike, spec: TinyQwenVLSpec = TinyQwenVLSpec()) -> Path:
@@ -169,9 +162,7 @@ def build_tiny_qwen_vl(out_dir: str | os.PathLike, spec: TinyQwenVLSpec = TinyQw
     generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    def write(staging: Path) -> None:
         model.save_pretrained(staging, safe_serialization=True)
         generation_config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -180,14 +171,7 @@ def build_tiny_qwen_vl(out_dir: str | os.PathLike, spec: TinyQwenVLSpec = TinyQw
         (staging / _SPEC_FILE).write_text(
             json.dumps({"hash": spec.spec_hash(), "spec": dataclasses.asdict(spec)}, indent=2)
         )
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        try:
-            os.rename(staging, out_dir)
-        except OSError:
-            if not _is_built(out_dir, spec):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    write_folder_atomically(out_dir, write, lambda: _is_built(out_dir, spec))
     logger.info("built %s (%d parameters) in %s", spec.model_type, sum(p.numel() for p in model.parameters()), out_dir)
     return out_dir
