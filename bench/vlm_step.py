@@ -9,8 +9,11 @@ GPU: FSDP2 with fp32 master weights and bf16 compute, vLLM in bf16, no validatio
 Printed per step (RESULT lines, as bench/gpu_suite.sh collects them): each phase's seconds (`timing_s/*`:
 gen, old_log_prob, update_actor, sync_weights, step, ...) and the trainer-vs-vLLM log-prob gap on the image rows
 (`rollout/image_logprob_diff_mean`, `_max`), then one summary line with the medians over the steps after the first.
+The reward is the counting task's own. The random policy does not write counts, so every sample of a group scores
+the same and the advantages and the gradient are 0 (actor/grad_norm 0 in the run measured): the update still runs
+its full forward and backward, so its time is the real one.
 
-    python bench/vlm_step.py                          # qwen2.5-vl-0.5b-text shape, 2 steps
+    python bench/vlm_step.py                          # qwen2.5-vl-0.5b-text shape, 2 steps of 16 prompts x 4
     python bench/vlm_step.py --shape qwen2.5-vl-3b    # Qwen2.5-VL-3B's text and vision config
 """
 
@@ -52,9 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-vl-0.5b-text")
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--response-len", type=int, default=128)
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--response-len", type=int, default=64)
     parser.add_argument("--image-side", type=int, default=224, help="square pixel budget: (side/28)^2 image tokens")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     parser.add_argument("--micro-batch", type=int, default=16)
