@@ -31,6 +31,8 @@
 #                                          # on the TRL workload, per shape (LORA_FULL=0: the LoRA run only)
 #   bash bench/gpu_suite.sh server_lora_1gpu  # issue #28: LoRA adapter-only sync into a server on the trainer's GPU
 #   bash bench/gpu_suite.sh decode_knobs_1gpu # issue #30: raw vLLM decode under engine knobs
+#   bash bench/gpu_suite.sh qwen25vl_1gpu  # issue #29: the Qwen2.5-VL GPU test, then 2 GRPO steps of a Qwen2.5-VL-
+#                                          # shaped model on image prompts (bench/vlm_step.py; VLM_SHAPE picks the shape)
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -243,8 +245,14 @@ server_lora_1gpu)  # issue #28: adapter-only LoRA sync into a vLLM server on the
 decode_knobs_1gpu)  # issue #30: raw vLLM decode on TRL's workload under engine knobs (async scheduling, core process...)
   run decode_knobs 540 0 python bench/vllm_decode_knobs.py --workdir "$WORK"
   ;;
+qwen25vl_1gpu)  # issue #29: Qwen2.5-VL image prompts: vLLM vs trainer log-probs (GPU test), then whole GRPO steps
+  run qwen_vl_gpu_test 240 0 "${PYTEST[@]}" tests/gpu/test_qwen_vl_gpu.py
+  run "step_${VLM_SHAPE:-qwen2.5-vl-0.5b-text}" "${VLM_LIMIT:-330}" 0 python bench/vlm_step.py \
+    --shape "${VLM_SHAPE:-qwen2.5-vl-0.5b-text}" --steps "${VLM_STEPS:-2}" --workdir "$WORK" --timeout-s 300 \
+    --out "$OUT/step_${VLM_SHAPE:-qwen2.5-vl-0.5b-text}.json"
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu" >&2
   exit 2
   ;;
 esac

@@ -29,7 +29,9 @@ def check_vision_options(config: Any) -> None:
         (rollout.name != "vllm", f"{_A}.rollout.name={rollout.name!r}: only the vLLM rollout passes images to the "
          "model; set it to vllm"),
         (config.actor_rollout_ref.model.use_remove_padding or actor.use_remove_padding,
-         f"{_A}.model.use_remove_padding=true packs rows, which image prompts do not support yet; set it to false"),
+         f"{_A}.model.use_remove_padding=true packs rows, which image prompts do not support yet (the models match "
+         "image features to padded rows, and Qwen2-VL's packed M-RoPE positions would need their own text row, "
+         "not built); set it to false"),
         (rollout.weight_sync_mode != "full", f"{_A}.rollout.weight_sync_mode={rollout.weight_sync_mode!r}: the sliced "
          "plan knows text decoders' layouts only; set it to full (vLLM's own loader maps the vision tower)"),
         (rollout.sync_check, f"{_A}.rollout.sync_check=true: its probe is random text ids, which may hold the "

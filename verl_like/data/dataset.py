@@ -61,11 +61,13 @@ class RLDataset:
 
     Reads `config.prompt_key`, `reward_fn_key`, `max_prompt_length`, `overlong_prompt_policy`, `chat_template`,
     `apply_chat_template`, `return_raw_chat` (other DataConfig fields belong to the loader and trainer). `dataset[i]` is a
-    `PromptItem`; `dataset.collate(items)` builds the rollout input.
+    `PromptItem`; `dataset.collate(items)` builds the rollout input. `processor` (data/vision.py) is needed for rows
+    with images; `model_path` names the model whose config picks the image family (default: the tokenizer's folder).
     """
 
     def __init__(
-        self, files: Sequence[str], tokenizer: PreTrainedTokenizerBase, config: DataConfig, processor: Any = None
+        self, files: Sequence[str], tokenizer: PreTrainedTokenizerBase, config: DataConfig, processor: Any = None,
+        model_path: str | None = None,
     ) -> None:
         if isinstance(files, str):
             files = [files]
@@ -92,10 +94,10 @@ class RLDataset:
                     "but the model has no image processor (no preprocessor_config.json beside its tokenizer); use a "
                     "vision-language model, or drop the images"
                 )
-            from verl_like.data.vision import VisionPrompts, refuse_text_rows
+            from verl_like.data.vision import refuse_text_rows, vision_prompts
 
             refuse_text_rows(rows, config.image_key)
-            self.vision = VisionPrompts(processor)
+            self.vision = vision_prompts(processor, model_path or tokenizer.name_or_path)
         self.items: list[PromptItem] = []
         self.num_filtered = 0
         self.num_truncated = 0
@@ -146,6 +148,8 @@ class RLDataset:
 
     def _tokenize(self, row: PromptRow, index: int) -> PromptItem:
         text = self._template(row)
+        if self.vision is not None:
+            text = self.vision.mark_images(text)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         if not ids:
             raise DataRowError(
@@ -198,6 +202,7 @@ class RLDataset:
         from verl_like.data.vision import MULTI_MODAL_DATA, RAW_PROMPT_IDS, object_column
 
         tensors = self.vision.pixel_tensors([item.images for item in items], self.image_slots)
+        tensors.update(self.vision.position_tensors(batch.batch["input_ids"], batch.batch["attention_mask"], tensors))
         for key, value in tensors.items():
             batch.batch[key] = value
         batch.non_tensor_batch[MULTI_MODAL_DATA] = object_column(

@@ -111,6 +111,15 @@ class VisionPrompts:
         self._expansions: dict[tuple[int, int], tuple[list[int], int]] = {}
         self.tile_shape: tuple[int, ...] = ()  # (C, H, W) of one pixel tile, known after the first expansion
 
+    def mark_images(self, text: str) -> str:
+        """The templated prompt text as this family's tokenizer expects its image placeholders (Idefics3: as is)."""
+        return text
+
+    def position_tensors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         pixels: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Position tensors a family needs beside `position_ids` for a collated batch (Idefics3: none)."""
+        return {}
+
     def expansion(self, size: tuple[int, int]) -> tuple[list[int], int]:
         """(the token ids one image of `size` (w, h) expands to, its pixel slots: tiles + global image)."""
         if size not in self._expansions:
@@ -175,13 +184,39 @@ def object_column(values: list) -> np.ndarray:
 
 
 def load_processor(path: str, trust_remote_code: bool = False) -> Any | None:
-    """The processor saved beside a model's tokenizer, or None for a text-only model (no image processor)."""
+    """The processor saved beside a model's tokenizer, or None for a text-only model (no image processor).
+
+    Raises naming torchvision when a Qwen2-VL / Qwen2.5-VL processor cannot load for want of it: transformers'
+    Qwen2-VL image and video processors import torchvision, and its PyPI build does not load on CPU machines."""
     from transformers import AutoProcessor
 
     if not (Path(path) / "preprocessor_config.json").is_file() and not (Path(path) / "processor_config.json").is_file():
         return None
-    processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:
+        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ImportError as error:
+        if "torchvision" not in str(error).lower():
+            raise
+        raise RuntimeError(
+            f"the processor of {path} ({type(error).__name__}: {str(error).strip().splitlines()[0]}) needs "
+            "torchvision, which does not load on this machine; Qwen2-VL / Qwen2.5-VL image prompts run where "
+            "torchvision does (the GPU image; docs/vision.md), or train an Idefics3 / SmolVLM model here"
+        ) from error
     return processor if hasattr(processor, "image_processor") else None
+
+
+def vision_prompts(processor: Any, model_path: str) -> VisionPrompts:
+    """The VisionPrompts of the model at `model_path`: Qwen2-VL / Qwen2.5-VL's (M-RoPE, patches) or Idefics3's."""
+    from transformers import AutoConfig
+
+    from verl_like.data.mrope import MROPE_MODEL_TYPES
+
+    hf_config = AutoConfig.from_pretrained(model_path)
+    if hf_config.model_type in MROPE_MODEL_TYPES:
+        from verl_like.data.vision_qwen import QwenVisionPrompts
+
+        return QwenVisionPrompts(processor, hf_config)
+    return VisionPrompts(processor)
 
 
 def refuse_text_rows(rows: Sequence[Any], image_key: str) -> None:

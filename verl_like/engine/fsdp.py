@@ -32,6 +32,7 @@ from verl_like.engine.micro_batches import checked_loss, engine_inputs, engine_m
 from verl_like.engine.model_loading import decoder_layer_classes, load_model
 from verl_like.engine.model_outputs import micro_batch_outputs
 from verl_like.engine.shared import init_process_group_from_env, require_onloaded, require_optimizer
+from verl_like.engine.vision import image_feature_check
 from verl_like.protocol import DataProto
 from verl_like.utils.device import get_device_name, get_torch_device, is_cuda_available
 
@@ -64,6 +65,7 @@ class FSDPEngine(TrainEngine):
             raise ValueError(f"FSDPEngine needs a 1-D device mesh, got one of shape {tuple(self.mesh.shape)}")
         self.group = self.mesh.get_group()
         model = load_model(config)
+        self._row_check = image_feature_check(model.config)  # None but for the M-RoPE vision families
         self._hf_class = type(model)  # fully_shard swaps the class for an FSDP subclass; export needs the original
         if config.lora is not None:
             model = lora.apply_lora(model, config.lora)  # base frozen: only the adapter trains
@@ -139,7 +141,7 @@ class FSDPEngine(TrainEngine):
         return engine_inputs(batch, self.config.model_kind, "FSDPEngine")
 
     def _micro_batches(self, batch: DataProto, micro_batching: MicroBatching | None = None) -> list[list[int]]:
-        return engine_micro_batches(batch, micro_batching or self.config.micro_batching, self.group)
+        return engine_micro_batches(batch, micro_batching or self.config.micro_batching, self.group, self._row_check)
 
     def forward(self, batch: DataProto, temperature: float = 1.0, calculate_entropy: bool = False,
                 micro_batching: MicroBatching | None = None) -> DataProto:

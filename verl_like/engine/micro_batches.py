@@ -9,7 +9,7 @@ raised on every rank instead of hanging the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -42,10 +42,11 @@ def engine_inputs(batch: DataProto, model_kind: str, engine_name: str) -> DataPr
     return batch.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
 
 
-def engine_micro_batches(batch: DataProto, micro_batching: MicroBatching,
-                         group: dist.ProcessGroup) -> list[list[int]]:
+def engine_micro_batches(batch: DataProto, micro_batching: MicroBatching, group: dist.ProcessGroup,
+                         row_check: Callable[[TensorDict], None] | None = None) -> list[list[int]]:
     """`plan_micro_batches` as `micro_batching` says (by row count, or by token budget)."""
-    return plan_micro_batches(batch.batch, micro_batching.micro_batch_size, micro_batching.max_tokens, group)
+    return plan_micro_batches(batch.batch, micro_batching.micro_batch_size, micro_batching.max_tokens, group,
+                              row_check)
 
 
 def _local_count(num_rows: int, lengths: list[int], micro_batch_size: int, max_tokens: int | None) -> int:
@@ -59,12 +60,14 @@ def plan_micro_batches(
     micro_batch_size: int,
     max_tokens: int | None,
     group: dist.ProcessGroup | None,
+    row_check: Callable[[TensorDict], None] | None = None,
 ) -> list[list[int]]:
     """Row indices of each micro-batch; the same count on every rank of `group` (a collective).
 
     `max_tokens` None: consecutive rows, `micro_batch_size` at a time (a rank with fewer rows than others splits
     them into the agreed count, evenly). `max_tokens` set: rows grouped so that each micro-batch holds at most
-    `max_tokens` valid tokens (attention_mask ones), balanced by token count.
+    `max_tokens` valid tokens (attention_mask ones), balanced by token count. `row_check` (e.g. the image
+    placeholder check, engine/vision.py) runs on the rows first; its ValueError is raised like a planning error.
     """
     num_rows = int(tensors.batch_size[0])
     lengths = [int(n) for n in tensors["attention_mask"].sum(dim=1).tolist()]
@@ -73,6 +76,8 @@ def plan_micro_batches(
     try:
         if num_rows == 0:
             raise ValueError("the engine got a batch with 0 rows; every data-parallel rank needs at least one")
+        if row_check is not None:
+            row_check(tensors)
         count = _local_count(num_rows, lengths, micro_batch_size, max_tokens)
     except ValueError as exc:
         error = exc

@@ -17,7 +17,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from verl_like.engine.token_log_probs import token_log_probs
-from verl_like.engine.vision import VISION_TENSOR_KEYS
+from verl_like.engine import vision
 
 
 # A causal-LM batch holding this key `(batch, response_len, k)` of token ids (a teacher's top-k) also gets
@@ -139,13 +139,15 @@ def _per_token_scores(model: nn.Module) -> Iterator[None]:
 
 def _forward(model: nn.Module, tensors: TensorDict, layout: _PackedLayout | None, **kwargs):
     """The model's output on the padded micro-batch, or on its packed row when `layout` is given; an image
-    batch's pixels (engine/vision.py) go with the padded rows they belong to."""
-    pixels = {key: tensors[key] for key in VISION_TENSOR_KEYS if key in tensors.keys()}
+    batch's pixels (engine/vision.py) go with the padded rows they belong to, and the M-RoPE families' 3-D
+    positions replace the text positions."""
+    pixels = vision.model_inputs(tensors)
     if layout is None:
+        position_ids = pixels.pop("position_ids", tensors["position_ids"])
         return model(
             input_ids=tensors["input_ids"],
             attention_mask=tensors["attention_mask"],
-            position_ids=tensors["position_ids"],
+            position_ids=position_ids,
             use_cache=False,
             **pixels,
             **kwargs,

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,6 +205,24 @@ def _model_config(spec: TinyModelSpec, tokenizer: PreTrainedTokenizerFast) -> Qw
     )
 
 
+def write_folder_atomically(out_dir: Path, write: Callable[[Path], None], is_built: Callable[[], bool]) -> None:
+    """`write(staging)` into a fresh folder beside `out_dir`, then renamed into place: concurrent builders never see a
+    half-written folder, and one that loses the race keeps the other's identical build (`is_built()`)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        write(staging)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        try:
+            os.rename(staging, out_dir)
+        except OSError:
+            if not is_built():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _built_hash(spec: TinyModelSpec, classifier: bool) -> str:
     # The causal LM keeps the plain spec hash (folders built before classifiers existed stay valid).
     return spec.spec_hash() + ("-classifier" if classifier else "")
@@ -259,24 +278,14 @@ def _build(out_dir: str | os.PathLike, spec: TinyModelSpec, classifier: bool) ->
         pad_token_id=tokenizer.pad_token_id,
     )
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    def write(staging: Path) -> None:
         model.save_pretrained(staging, safe_serialization=True)
         generation_config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / _SPEC_FILE).write_text(
             json.dumps({"hash": _built_hash(spec, classifier), "spec": dataclasses.asdict(spec)}, indent=2)
         )
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        try:
-            os.rename(staging, out_dir)
-        except OSError:
-            # Another process renamed its (identical) build into place first.
-            if not _is_built(out_dir, spec, classifier):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    write_folder_atomically(out_dir, write, lambda: _is_built(out_dir, spec, classifier))
     logger.info("built tiny model (%d parameters) in %s", sum(p.numel() for p in model.parameters()), out_dir)
     return out_dir

@@ -18,14 +18,13 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from verl_like.models.tiny import ALPHABET, CHAT_TEMPLATE, build_tokenizer
+from verl_like.models.tiny import ALPHABET, CHAT_TEMPLATE, build_tokenizer, write_folder_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -79,16 +78,32 @@ class TinyVLMSpec:
         return (self.image_size // self.patch_size // self.scale_factor) ** 2
 
     def spec_hash(self) -> str:
-        layout = {"alphabet": ALPHABET, "vision_tokens": VISION_TOKENS, "chat_template": CHAT_TEMPLATE}
-        payload = json.dumps({"spec": dataclasses.asdict(self), **layout}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return vision_spec_hash(self, VISION_TOKENS)
+
+
+def vision_spec_hash(spec: Any, vision_tokens: tuple[str, ...]) -> str:
+    """The hash a tiny VLM folder is built from: its spec, the tokenizer's alphabet, tokens and chat template."""
+    layout = {"alphabet": ALPHABET, "vision_tokens": vision_tokens, "chat_template": CHAT_TEMPLATE}
+    payload = json.dumps({"spec": dataclasses.asdict(spec), **layout}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def tokenizer_with(vision_tokens: tuple[str, ...]):
+    """The tiny character tokenizer with `vision_tokens` appended as special tokens."""
+    tokenizer = build_tokenizer("chars")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(vision_tokens)})
+    return tokenizer
 
 
 def build_vlm_tokenizer():
     """The tiny character tokenizer with the Idefics3 image tokens appended as special tokens."""
-    tokenizer = build_tokenizer("chars")
-    tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
-    return tokenizer
+    return tokenizer_with(VISION_TOKENS)
+
+
+def folder_built_from(out_dir: Path, spec_file: str, spec_hash: str) -> bool:
+    """True when `out_dir` holds a build whose spec file records `spec_hash`."""
+    path = out_dir / spec_file
+    return path.is_file() and json.loads(path.read_text()).get("hash") == spec_hash
 
 
 def build_processor(spec: TinyVLMSpec, tokenizer=None):
@@ -146,8 +161,7 @@ def _model_config(spec: TinyVLMSpec, tokenizer):
 
 
 def _is_built(out_dir: Path, spec: TinyVLMSpec) -> bool:
-    spec_file = out_dir / _SPEC_FILE
-    return spec_file.is_file() and json.loads(spec_file.read_text()).get("hash") == spec.spec_hash()
+    return folder_built_from(out_dir, _SPEC_FILE, spec.spec_hash())
 
 
 def build_tiny_vlm(out_dir: str | os.PathLike, spec: TinyVLMSpec = TinyVLMSpec()) -> Path:
@@ -167,23 +181,14 @@ def build_tiny_vlm(out_dir: str | os.PathLike, spec: TinyVLMSpec = TinyVLMSpec()
     generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    def write(staging: Path) -> None:
         model.save_pretrained(staging, safe_serialization=True)
         generation_config.save_pretrained(staging)
         processor.save_pretrained(staging)
         (staging / _SPEC_FILE).write_text(
             json.dumps({"hash": spec.spec_hash(), "spec": dataclasses.asdict(spec)}, indent=2)
         )
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        try:
-            os.rename(staging, out_dir)
-        except OSError:
-            if not _is_built(out_dir, spec):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    write_folder_atomically(out_dir, write, lambda: _is_built(out_dir, spec))
     logger.info("built tiny VLM (%d parameters) in %s", sum(p.numel() for p in model.parameters()), out_dir)
     return out_dir

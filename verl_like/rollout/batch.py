@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from verl_like.data.mrope import MROPE_POSITIONS, continue_positions
 from verl_like.protocol import DataProto
 from verl_like.rollout.base import SamplingConfig
 
@@ -81,6 +82,8 @@ def build_rollout_batch(
         position_ids=torch.cat([prompt_positions, response_positions], dim=1),
         rollout_log_probs=rollout_log_probs,
     )
+    if MROPE_POSITIONS in batch.keys():  # Qwen2-VL: the prompt's 3-D positions, counted on over the response
+        tensors[MROPE_POSITIONS] = continue_positions(batch[MROPE_POSITIONS].repeat_interleave(n, dim=0), width)
     non_tensors = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}
     meta_info = dict(prompts.meta_info)
     meta_info["metrics"] = {**meta_info.get("metrics", {}), **metrics}

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl_like.data.mrope import MROPE_POSITIONS
 from verl_like.protocol import DataProto
 from verl_like.rollout.batch import PROMPT_KEYS
 
@@ -183,6 +184,8 @@ def build_trajectory_batch(
         rollout_log_probs=rollout_log_probs,
         loss_mask_reason=reasons,
     )
+    if MROPE_POSITIONS in prompts.batch.keys():
+        tensors[MROPE_POSITIONS] = _mrope_positions(prompts, trajectories, n, prompt_width, response_attention)
     non_tensors = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}
     non_tensors["agent_reward"] = np.array([t.reward_score for t in trajectories], dtype=object)
     non_tensors["agent_num_turns"] = np.array([t.num_turns for t in trajectories], dtype=object)
@@ -191,6 +194,28 @@ def build_trajectory_batch(
     meta_info = dict(prompts.meta_info)
     meta_info["metrics"] = {**meta_info.get("metrics", {}), **metrics}
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+
+def _mrope_positions(prompts: DataProto, trajectories: Sequence[Trajectory], n: int, prompt_width: int,
+                     response_attention: torch.Tensor) -> torch.Tensor:
+    """(rows, 3, prompt_width + response_len) M-RoPE positions (Qwen2-VL, data/mrope.py): each trajectory's prompt
+    takes the dataset prompt's positions, its response counts on over its valid tokens. Raises naming the sample
+    whose prompt is not the dataset's: its image positions would have to be recomputed, which loops do not do."""
+    source = prompts.batch[MROPE_POSITIONS].repeat_interleave(n, dim=0)
+    ids = prompts.batch["input_ids"].repeat_interleave(n, dim=0)
+    valid = prompts.batch["attention_mask"].repeat_interleave(n, dim=0).bool()
+    positions = torch.zeros((len(trajectories), 3, prompt_width), dtype=source.dtype)
+    for row, trajectory in enumerate(trajectories):
+        if ids[row][valid[row]].tolist() != list(trajectory.prompt_ids):
+            raise ValueError(
+                f"sample {row}: the agent loop's prompt is not the dataset's prompt; an M-RoPE model (Qwen2-VL / "
+                "Qwen2.5-VL) takes its image positions from the dataset's prompt, so a loop on image prompts must "
+                "start from it (docs/vision.md)"
+            )
+        positions[row, :, prompt_width - len(trajectory.prompt_ids):] = source[row][:, valid[row]]
+    start = positions.amax(dim=(1, 2), keepdim=True) + 1
+    response = start + (torch.cumsum(response_attention, dim=1) - 1).clamp(min=0).unsqueeze(1).to(source.dtype)
+    return torch.cat([positions, response.expand(-1, 3, -1)], dim=2)
 
 
 def infra_failed_rows(batch: DataProto) -> torch.Tensor:

@@ -133,6 +133,9 @@ def build_llm_kwargs(model_path: str, options: VLLMEngineOptions) -> dict[str, A
         kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
     if options.hf_overrides:
         kwargs["hf_overrides"] = dict(options.hf_overrides)
+    from verl_like.rollout.vllm_vision import vision_llm_kwargs
+
+    kwargs.update(vision_llm_kwargs(model_path))
     if options.max_lora_rank:
         from verl_like.rollout.vllm_lora import vllm_max_lora_rank
 

@@ -14,11 +14,36 @@ and the trainer's model masks the same logit (engine/vision.py), so both log-pro
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from verl_like.data.mrope import MROPE_MODEL_TYPES
 from verl_like.data.vision import MULTI_MODAL_DATA, RAW_PROMPT_IDS
 from verl_like.protocol import DataProto
+
+
+def vision_llm_kwargs(model_path: str) -> dict[str, Any]:
+    """Extra `vllm.LLM` arguments for the model at `model_path` ({} for all but Qwen2-VL / Qwen2.5-VL).
+
+    Qwen2-VL / Qwen2.5-VL: no video (`limit_mm_per_prompt` video 0: vLLM then neither profiles nor accepts video;
+    images keep vLLM's default limit). vLLM's model file for them imports torchvision, through transformers' image
+    processor; where torchvision does not load (its PyPI build on CPU machines) this raises naming it, instead of
+    vLLM's "Model architectures [...] failed to be inspected"."""
+    config_file = Path(model_path) / "config.json"
+    model_type = json.loads(config_file.read_text()).get("model_type") if config_file.is_file() else None
+    if model_type not in MROPE_MODEL_TYPES:
+        return {}
+    try:
+        import torchvision  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - a missing or a broken build: both stop vLLM's model file
+        raise RuntimeError(
+            f"{model_path}: vLLM's {model_type} model file imports torchvision (through transformers' Qwen2-VL "
+            f"image processor), which does not load here ({type(error).__name__}: {error}); run Qwen2-VL / "
+            "Qwen2.5-VL rollouts where torchvision does (the GPU image; docs/vision.md)"
+        ) from error
+    return {"limit_mm_per_prompt": {"video": 0}}
 
 
 @dataclass(frozen=True)
@@ -37,7 +62,7 @@ def engine_vision_info(llm: Any) -> VisionEngineInfo | None:
     image_token_id = getattr(model_config.hf_config, "image_token_id", None)
     if image_token_id is None:
         raise ValueError(f"{type(model_config.hf_config).__name__} names no image_token_id; only image-token "
-                         "families (Idefics3 / SmolVLM) are supported (docs/vision.md)")
+                         "families (Idefics3 / SmolVLM, Qwen2-VL / Qwen2.5-VL) are supported (docs/vision.md)")
     vocab = model_config.get_vocab_size()
     return VisionEngineInfo(int(image_token_id), tuple(i for i in range(vocab) if i != image_token_id))
 

@@ -269,9 +269,10 @@ def build_components(
     from verl_like.data.vision import check_vision_config, load_processor
 
     processor = load_processor(model.tokenizer_path or model_path, model.trust_remote_code)  # None: text model
-    train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data, processor)
+    train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data, processor,
+                          model_path)
     val_files = config.data.val_files
-    val_set = (RLDataset(resolve_data_files(val_files, data_dir), tokenizer, config.data, processor)
+    val_set = (RLDataset(resolve_data_files(val_files, data_dir), tokenizer, config.data, processor, model_path)
                if val_files else None)
     check_vision_config(config, train_set, val_set)
     train_loader = PromptLoader(train_set, config.data.train_batch_size, shuffle=config.data.shuffle, seed=config.data.seed)

@@ -58,6 +58,7 @@ from verl_like.engine.from_config import (
 )
 from verl_like.engine.model_loading import load_hf_config, resolved_overrides
 from verl_like.engine.model_outputs import response_mask_of
+from verl_like.engine.vision import rows_with_images
 from verl_like.protocol import DataProto
 from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.factory import build_colocated_transport
@@ -582,8 +583,8 @@ class ActorRolloutWorker(Worker):
         rollout/image_logprob_diff_{mean,max} over the rows that have an image."""
         mask = response_mask_of(data.batch).bool()
         metrics = self._reduced_diff(data, old_log_probs, mask, "rollout/logprob_diff")
-        if "pixel_attention_mask" in data.batch.keys():  # the same on every rank: a dataset has images or not
-            has_image = data.batch["pixel_attention_mask"].flatten(1).any(dim=1)
+        has_image = rows_with_images(data.batch)  # None on every rank or on none: a dataset has images or not
+        if has_image is not None:
             metrics.update(self._reduced_diff(data, old_log_probs, mask & has_image.unsqueeze(1),
                                               "rollout/image_logprob_diff"))
         return metrics
