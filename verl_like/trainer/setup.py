@@ -411,6 +411,7 @@ def build_components(
         for role in (critic, reward_model, teacher):
             if role is not None:
                 role.init_model()
+        token_budgets = size_token_budgets(config, actor_rollout)  # every model of the devices is in place now
     except BaseException:
         if rollout is not None:
             rollout.close()
@@ -440,5 +441,27 @@ def build_components(
         critic_shape=model_shape(critic_path, config.critic.model.trust_remote_code) if derived.use_critic else None,
         groups=groups,
         pools=pools,
-        startup={**startup, "startup/total_s": time.perf_counter() - started},
+        startup={**startup, **token_budgets, "startup/total_s": time.perf_counter() - started},
     )
+
+
+def size_token_budgets(config: PPOConfig, actor_rollout: RoleHandle) -> dict[str, float]:
+    """Sizes the null token budgets from the devices' free memory (config/token_budget.py: which passes, and when
+    not), once the models are built; their metrics (actor/token_budget, ...), logged with the first step."""
+    from verl_like.config.actor import FALLBACK_TOKEN_BUDGET
+    from verl_like.config.token_budget import auto_budget_blocker, auto_budget_passes, longest_sequence
+
+    passes = auto_budget_passes(config)
+    if not passes:
+        return {}
+    blocker = auto_budget_blocker(config)
+    if blocker is not None:
+        logger.info("token budgets of %s: null keys keep %d (not sized from free memory: %s)", ", ".join(passes),
+                    FALLBACK_TOKEN_BUDGET, blocker)
+        return {}
+    with phase("sizing the token budgets from free device memory", log=logger):
+        per_rank = actor_rollout.size_token_budgets(list(passes), longest_sequence(config),
+                                                    config.trainer.timeouts.worker_start_timeout_s)
+    budgets = per_rank[0] if isinstance(per_rank, list) else per_rank
+    logger.info("token budgets (sized from free memory, the same on every rank): %s", budgets)
+    return dict(budgets)

@@ -1,0 +1,56 @@
+"""Which token budgets are sized from free device memory (a null key: auto), and when sizing does not apply.
+
+Three passes have a budget key that may be null: the actor's update (`actor.ppo_max_token_len_per_gpu`), the old
+log-probs (`rollout.log_prob_max_token_len_per_gpu`) and the reference's log-probs
+(`ref.log_prob_max_token_len_per_gpu`). A pass is sized when its key is null and it micro-batches by tokens
+(its use_dynamic_bsz); the worker measures and sizes them (engine/token_budget.py) once the models are in place.
+Sizing needs packed rows on the FSDP2 engine on CUDA with no other trained role on the same devices; otherwise,
+and for every key set to a number, the configured value (16,384 for a null key) is used as it is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verl_like.config.ppo import PPOConfig
+
+UPDATE, LOG_PROB, REF_LOG_PROB = "update", "log_prob", "ref_log_prob"
+# The metric (and start-up log) name of each pass's budget.
+BUDGET_METRICS = {UPDATE: "actor/token_budget", LOG_PROB: "actor/log_prob_token_budget",
+                  REF_LOG_PROB: "ref/token_budget"}
+
+
+def auto_budget_passes(config: PPOConfig) -> tuple[str, ...]:
+    """The passes whose budget key is null and which micro-batch by tokens (in UPDATE, LOG_PROB, REF_LOG_PROB order)."""
+    arr = config.actor_rollout_ref
+    actor, rollout, ref = arr.actor, arr.rollout, arr.ref
+    passes = []
+    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu is None:
+        passes.append(UPDATE)
+    if rollout.log_prob_use_dynamic_bsz and rollout.log_prob_max_token_len_per_gpu is None:
+        passes.append(LOG_PROB)
+    if config.derived.use_reference_policy and ref.log_prob_use_dynamic_bsz and ref.log_prob_max_token_len_per_gpu is None:
+        passes.append(REF_LOG_PROB)
+    return tuple(passes)
+
+
+def auto_budget_blocker(config: PPOConfig) -> str | None:
+    """Why the null budgets keep the fallback instead of being sized (None: they are sized)."""
+    arr = config.actor_rollout_ref
+    if config.trainer.device != "cuda":
+        return f"trainer.device={config.trainer.device}"
+    if arr.actor.strategy != "fsdp2":
+        return f"actor.strategy={arr.actor.strategy} (the estimate models the FSDP2 engine)"
+    if not arr.actor.use_remove_padding:
+        return ("use_remove_padding=false: padded micro-batches hold more tokens than the budget counts; set "
+                "actor_rollout_ref.model.use_remove_padding=true to size it")
+    if config.derived.use_critic and config.critic_pool.colocated:
+        return "a critic trains on the same devices (its memory is not in the estimate)"
+    return None
+
+
+def longest_sequence(config: PPOConfig) -> int:
+    """The most tokens one sample may hold (prompt + response): no budget may be below it."""
+    rollout = config.actor_rollout_ref.rollout
+    return rollout.prompt_length + rollout.response_length
