@@ -21,18 +21,25 @@ BUDGET_METRICS = {UPDATE: "actor/token_budget", LOG_PROB: "actor/log_prob_token_
                   REF_LOG_PROB: "ref/token_budget"}
 
 
-def auto_budget_passes(config: PPOConfig) -> tuple[str, ...]:
-    """The passes whose budget key is null and which micro-batch by tokens (in UPDATE, LOG_PROB, REF_LOG_PROB order)."""
+def token_batched_passes(config: PPOConfig) -> dict[str, int | None]:
+    """Each pass that micro-batches by tokens (its use_dynamic_bsz) and its budget key's value (None: null), in
+    UPDATE, LOG_PROB, REF_LOG_PROB order. A LoRA policy's reference is the actor's engine, whose forward keeps the
+    update's micro-batches: it has no pass of its own here."""
     arr = config.actor_rollout_ref
     actor, rollout, ref = arr.actor, arr.rollout, arr.ref
-    passes = []
-    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu is None:
-        passes.append(UPDATE)
-    if rollout.log_prob_use_dynamic_bsz and rollout.log_prob_max_token_len_per_gpu is None:
-        passes.append(LOG_PROB)
-    if config.derived.use_reference_policy and ref.log_prob_use_dynamic_bsz and ref.log_prob_max_token_len_per_gpu is None:
-        passes.append(REF_LOG_PROB)
-    return tuple(passes)
+    passes: dict[str, int | None] = {}
+    if actor.use_dynamic_bsz:
+        passes[UPDATE] = actor.ppo_max_token_len_per_gpu
+    if rollout.log_prob_use_dynamic_bsz:
+        passes[LOG_PROB] = rollout.log_prob_max_token_len_per_gpu
+    if config.derived.use_reference_policy and ref.log_prob_use_dynamic_bsz and not arr.model.lora_enabled:
+        passes[REF_LOG_PROB] = ref.log_prob_max_token_len_per_gpu
+    return passes
+
+
+def auto_budget_passes(config: PPOConfig) -> tuple[str, ...]:
+    """The token-batched passes whose budget key is null (to be sized, unless `auto_budget_blocker` says why not)."""
+    return tuple(name for name, value in token_batched_passes(config).items() if value is None)
 
 
 def auto_budget_blocker(config: PPOConfig) -> str | None:

@@ -140,7 +140,7 @@ def resident_state(engine) -> ResidentState:
     optimizer = engine.optimizer
     return ResidentState(
         trainable_local=trainable if optimizer is not None else 0,
-        master_bytes=params[0].element_size() if params else 4,
+        master_bytes=params[0].dtype.itemsize if params else 4,
         optimizer_allocated=optimizer is not None and len(optimizer.state) > 0,
         optimizer_on_device=not config.offload_policy,
         optimizer_offload=config.optimizer_offload,

@@ -446,22 +446,24 @@ def build_components(
 
 
 def size_token_budgets(config: PPOConfig, actor_rollout: RoleHandle) -> dict[str, float]:
-    """Sizes the null token budgets from the devices' free memory (config/token_budget.py: which passes, and when
-    not), once the models are built; their metrics (actor/token_budget, ...), logged with the first step."""
-    from verl_like.config.actor import FALLBACK_TOKEN_BUDGET
-    from verl_like.config.token_budget import auto_budget_blocker, auto_budget_passes, longest_sequence
+    """The token budget of every token-batched pass under its metric name (actor/token_budget, ...), logged with
+    the first step: null keys sized from the devices' free memory once the models are built (config/token_budget.py
+    says when they are not: then, like a key set to a number, the configured value or 16,384)."""
+    from verl_like.config.actor import configured_token_budget
+    from verl_like.config.token_budget import (
+        BUDGET_METRICS, auto_budget_blocker, auto_budget_passes, longest_sequence, token_batched_passes,
+    )
 
+    budgets = {name: configured_token_budget(value) for name, value in token_batched_passes(config).items()}
     passes = auto_budget_passes(config)
-    if not passes:
-        return {}
-    blocker = auto_budget_blocker(config)
-    if blocker is not None:
-        logger.info("token budgets of %s: null keys keep %d (not sized from free memory: %s)", ", ".join(passes),
-                    FALLBACK_TOKEN_BUDGET, blocker)
-        return {}
-    with phase("sizing the token budgets from free device memory", log=logger):
-        per_rank = actor_rollout.size_token_budgets(list(passes), longest_sequence(config),
-                                                    config.trainer.timeouts.worker_start_timeout_s)
-    budgets = per_rank[0] if isinstance(per_rank, list) else per_rank
-    logger.info("token budgets (sized from free memory, the same on every rank): %s", budgets)
-    return dict(budgets)
+    blocker = auto_budget_blocker(config) if passes else None
+    if passes and blocker is None:
+        with phase("sizing the token budgets from free device memory", log=logger):
+            per_rank = actor_rollout.size_token_budgets(list(passes), longest_sequence(config),
+                                                        config.trainer.timeouts.worker_start_timeout_s)
+        budgets.update(per_rank[0] if isinstance(per_rank, list) else per_rank)  # the same on every rank
+    if budgets:
+        how = ("null ones sized from free device memory" if passes and blocker is None
+               else f"null ones not sized ({blocker})" if passes else "as configured")
+        logger.info("token budgets per micro-batch (%s): %s", how, budgets)
+    return {BUDGET_METRICS[name]: float(value) for name, value in budgets.items()}

@@ -245,10 +245,10 @@ class ActorRolloutWorker(Worker):
         return startup
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
-    def size_token_budgets(self, passes: list[str], longest_sequence: int, timeout_s: float) -> dict[str, float]:
+    def size_token_budgets(self, passes: list[str], longest_sequence: int, timeout_s: float) -> dict[str, int]:
         """Sizes the null token budgets of `passes` from free device memory, the same on every rank, and uses them
-        from now on (engine/token_budget.py); each under its metric name. The driver calls it once at start-up."""
-        from verl_like.config.token_budget import BUDGET_METRICS, LOG_PROB, REF_LOG_PROB, UPDATE
+        from now on (engine/token_budget.py); returns them by pass. The driver calls it once at start-up."""
+        from verl_like.config.token_budget import LOG_PROB, REF_LOG_PROB, UPDATE
         from verl_like.engine.token_budget import size_engine_budgets
 
         engine = self._require(self.actor, "size_token_budgets").engine
@@ -259,7 +259,7 @@ class ActorRolloutWorker(Worker):
             if name in agreed:
                 target.set_token_budget(agreed[name])
         self._log_prob_budget = agreed.get(LOG_PROB)
-        return {BUDGET_METRICS[name]: float(value) for name, value in agreed.items()}
+        return agreed
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def connect_rollout_servers(self, addresses: list[str], pause_mode: str | None = None,

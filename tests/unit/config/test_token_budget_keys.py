@@ -60,3 +60,42 @@ def test_null_budgets_start_at_the_fallback_in_every_engine_config():
     assert log_prob_micro_batching(arr.rollout, engine).max_tokens == FALLBACK_TOKEN_BUDGET
     assert log_prob_micro_batching(arr.rollout, engine, sized_budget=65536).max_tokens == 65536
     assert reference_engine_config(engine, arr.ref).max_tokens_per_rank == FALLBACK_TOKEN_BUDGET
+
+
+class FakeActorRollout:
+    """The driver's handle on the actor-rollout group: what size_token_budgets was asked, per-rank answers."""
+
+    def __init__(self, answer: dict[str, int] | None = None):
+        self.answer, self.calls = answer, []
+
+    def size_token_budgets(self, passes, longest_sequence, timeout_s):
+        if self.answer is None:
+            raise AssertionError("the driver asked to size budgets where none should be sized")
+        self.calls.append((passes, longest_sequence, timeout_s))
+        return [dict(self.answer), dict(self.answer)]
+
+
+def test_on_cpu_the_driver_records_the_configured_budgets_without_sizing():
+    from verl_like.trainer.setup import size_token_budgets
+
+    metrics = size_token_budgets(_config(DYNAMIC + [f"{A}.actor.ppo_max_token_len_per_gpu=3000"]), FakeActorRollout())
+    assert metrics == {"actor/token_budget": 3000.0, "actor/log_prob_token_budget": 16384.0,
+                       "ref/token_budget": 16384.0}
+    assert size_token_budgets(_config([]), FakeActorRollout()) == {}  # nothing micro-batches by tokens
+
+
+def test_on_cuda_the_driver_sizes_the_null_budgets_once_and_keeps_the_set_ones():
+    from verl_like.trainer.setup import size_token_budgets
+
+    config = _config(GPU + DYNAMIC + [f"{A}.rollout.log_prob_max_token_len_per_gpu=5000"])
+    group = FakeActorRollout({"update": 65536, "ref_log_prob": 131072})
+    metrics = size_token_budgets(config, group)
+    assert group.calls == [(["update", "ref_log_prob"], longest_sequence(config),
+                            config.trainer.timeouts.worker_start_timeout_s)]
+    assert metrics == {"actor/token_budget": 65536.0, "actor/log_prob_token_budget": 5000.0,
+                       "ref/token_budget": 131072.0}
+
+
+def test_a_lora_reference_has_no_budget_of_its_own():
+    config = _config(GPU + DYNAMIC + [f"{A}.model.lora_rank=4"])
+    assert auto_budget_passes(config) == ("update", "log_prob")
