@@ -31,6 +31,9 @@
 #                                          # on the TRL workload, per shape (LORA_FULL=0: the LoRA run only)
 #   bash bench/gpu_suite.sh server_lora_1gpu  # issue #28: LoRA adapter-only sync into a server on the trainer's GPU
 #   bash bench/gpu_suite.sh decode_knobs_1gpu # issue #30: raw vLLM decode under engine knobs
+#   bash bench/gpu_suite.sh defaults_1gpu  # issue #30 goal 2: the TRL workload with the defaults (no budget or
+#                                          # fused-kernel flag: auto fused kernels, budgets sized from free memory),
+#                                          # then the fused + 65,536 run it is compared with, same hold; GPU test
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -243,8 +246,16 @@ server_lora_1gpu)  # issue #28: adapter-only LoRA sync into a vLLM server on the
 decode_knobs_1gpu)  # issue #30: raw vLLM decode on TRL's workload under engine knobs (async scheduling, core process...)
   run decode_knobs 540 0 python bench/vllm_decode_knobs.py --workdir "$WORK"
   ;;
+defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on a GPU without extra flags
+  TRL=(--model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512 --steps 5
+    --gpu-memory-utilization 0.3 --workdir "$WORK")
+  run gpu_tests_token_budget 150 0 "${PYTEST[@]}" tests/gpu/test_token_budget_gpu.py
+  run step_trl_sync_defaults 260 0 python bench/step_throughput.py "${TRL[@]}" --out "$OUT/step_trl_sync_defaults.json"
+  run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
+    --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|defaults_1gpu" >&2
   exit 2
   ;;
 esac
