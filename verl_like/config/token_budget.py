@@ -4,7 +4,8 @@ Three passes have a budget key that may be null: the actor's update (`actor.ppo_
 log-probs (`rollout.log_prob_max_token_len_per_gpu`) and the reference's log-probs
 (`ref.log_prob_max_token_len_per_gpu`). A pass is sized when its key is null and it micro-batches by tokens
 (its use_dynamic_bsz); the worker measures and sizes them (engine/token_budget.py) once the models are in place.
-Sizing needs packed rows on the FSDP2 engine on CUDA with no other trained role on the same devices; otherwise,
+Sizing needs packed rows on the FSDP2 engine on CUDA with no other trained role on the same devices and no
+distillation loss; otherwise,
 and for every key set to a number, the configured value (16,384 for a null key) is used as it is.
 """
 
@@ -54,6 +55,8 @@ def auto_budget_blocker(config: PPOConfig) -> str | None:
                 "actor_rollout_ref.model.use_remove_padding=true to size it")
     if config.derived.use_critic and config.critic_pool.colocated:
         return "a critic trains on the same devices (its memory is not in the estimate)"
+    if config.distillation.enable:
+        return "distillation.enable: its top-k log-probs copy the logits to float32 (not in the estimate)"
     return None
 
 

@@ -47,6 +47,7 @@ def test_passes_without_token_micro_batches_are_not_sized():
     (["trainer.device=cuda"], "use_remove_padding=false"),
     (GPU + [f"{A}.actor.strategy=megatron", f"{A}.model.use_remove_padding=false"], "actor.strategy=megatron"),
     (GPU + ["algorithm.adv_estimator=gae"], "a critic trains on the same devices"),
+    (GPU + ["distillation.enable=true", "distillation.teacher.path=tiny_teacher"], "distillation.enable"),
 ])
 def test_when_null_budgets_keep_the_fallback(overrides, reason):
     assert reason in auto_budget_blocker(_config(DYNAMIC + overrides))
