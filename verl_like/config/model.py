@@ -156,7 +156,7 @@ def hf_model_type(model: ModelConfig, data: Any = None) -> str | None:
     config_file = Path(model.path).expanduser() / "config.json"
     try:
         value = json.loads(config_file.read_text()).get("model_type")
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # no file, not JSON, not a JSON object
         return None
     return value if isinstance(value, str) else None
 
