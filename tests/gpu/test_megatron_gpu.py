@@ -8,11 +8,11 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from single_process import single_process_env  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from verl_like.config.megatron import MegatronConfig  # noqa: E402
 from verl_like.engine.config import EngineConfig  # noqa: E402
+from verl_like.engine.shared import single_process_env  # noqa: E402
 from verl_like.models.tiny import build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from single_process import single_process_env
 
 from verl_like.engine.config import EngineConfig, MicroBatching
+from verl_like.engine.shared import single_process_env
 from verl_like.protocol import DataProto
 
 FREE_GIB = 12
