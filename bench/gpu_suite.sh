@@ -33,6 +33,9 @@
 #   bash bench/gpu_suite.sh decode_knobs_1gpu # issue #30: raw vLLM decode under engine knobs
 #   bash bench/gpu_suite.sh qwen25vl_1gpu  # issue #29: the Qwen2.5-VL GPU test, then 2 GRPO steps of a Qwen2.5-VL-
 #                                          # shaped model on image prompts (bench/vlm_step.py; VLM_SHAPE picks the shape)
+#   bash bench/gpu_suite.sh defaults_1gpu  # issue #30 goal 2: the TRL workload with the defaults (no budget or
+#                                          # fused-kernel flag: auto fused kernels, budgets sized from free memory),
+#                                          # then the fused + 65,536 run it is compared with, same hold; GPU test
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -251,8 +254,16 @@ qwen25vl_1gpu)  # issue #29: Qwen2.5-VL image prompts: vLLM vs trainer log-probs
     --shape "${VLM_SHAPE:-qwen2.5-vl-0.5b-text}" --steps "${VLM_STEPS:-2}" --workdir "$WORK" --timeout-s 300 \
     --out "$OUT/step_${VLM_SHAPE:-qwen2.5-vl-0.5b-text}.json"
   ;;
+defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on a GPU without extra flags
+  TRL=(--model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512 --steps 5
+    --gpu-memory-utilization 0.3 --workdir "$WORK")
+  run gpu_tests_token_budget 150 0 "${PYTEST[@]}" tests/gpu/test_token_budget_gpu.py
+  run step_trl_sync_defaults 260 0 python bench/step_throughput.py "${TRL[@]}" --out "$OUT/step_trl_sync_defaults.json"
+  run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
+    --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu" >&2
   exit 2
   ;;
 esac

@@ -5,6 +5,9 @@ A Qwen2.5-shaped model with random weights (bf16 checkpoint, fp32 master weights
 step, one optimizer step per RL step, no reference policy (GRPO without a KL term). The reward is a parity of the
 response text, so groups have reward variance and the update does real work.
 
+With no --max-tokens-per-gpu and no --override of use_fused_kernels the job runs verl_like's defaults: on a GPU the
+fused RMSNorm/SwiGLU kernels (auto) and token budgets sized from free memory (reported as `token_budgets`).
+
 Reported per step (the first step is warm-up and left out of the medians), per GPU:
   rollout   response tokens / generation seconds
   log-probs prompt+response tokens / old-log-prob seconds
@@ -167,7 +170,8 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         *([f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={args.megatron_tp}"] if megatron else []),
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
-        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tokens_per_gpu}",
+        # Without --max-tokens-per-gpu the budgets stay null: sized from free memory on a GPU (the defaults).
+        *([f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tokens_per_gpu}"] if tokens_per_gpu else []),
         "actor_rollout_ref.actor.optim.lr=1e-6",
         f"actor_rollout_ref.actor.fsdp_config.param_dtype={'float32' if device == 'cpu' else args.param_dtype}",
         "actor_rollout_ref.actor.fsdp_config.reduce_dtype=float32",
@@ -183,7 +187,7 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         f"actor_rollout_ref.rollout.max_num_seqs={args.max_num_seqs}",
         f"actor_rollout_ref.rollout.max_model_len={args.prompt_len + args.response_len}",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
-        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={2 * tokens_per_gpu}",
+        *([f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={2 * tokens_per_gpu}"] if tokens_per_gpu else []),
         f"actor_rollout_ref.rollout.update_weights_bucket_megabytes={args.bucket_mb}",
         f"custom_reward_function.path={Path(__file__).resolve()}", "custom_reward_function.name=compute_score",
         "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false",
@@ -261,7 +265,9 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--response-len", type=int, default=512)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--max-tokens-per-gpu", type=int, default=32768, help="update micro-batch token budget")
+    parser.add_argument("--max-tokens-per-gpu", type=int, default=None,
+                        help="update micro-batch token budget (log-probs: twice it); default: unset, so the config's "
+                             "null budgets apply (sized from free memory on a GPU, 16384 on CPU)")
     parser.add_argument("--max-num-seqs", type=int, default=512)
     parser.add_argument("--gpu-memory-utilization", type=float, default=None,
                         help="vLLM's share of device memory (default 0.5; --server-gpu-fraction when servers share)")
@@ -298,7 +304,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.model, args.gpus, args.prompts, args.n, args.prompt_len, args.response_len = "tiny", 2, 4, 2, 16, 8
-        args.steps, args.max_tokens_per_gpu, args.param_dtype, args.rollout_dtype = 2, 256, "float32", "float32"
+        args.steps, args.param_dtype, args.rollout_dtype = 2, "float32", "float32"  # budgets: the defaults
         args.max_num_seqs, args.eager = 16, True
 
     from verl_like.utils.device import is_cuda_available
@@ -353,6 +359,10 @@ def main() -> None:
         "rollout_dtype": args.rollout_dtype, "partial_rollout": args.partial_rollout, "overrides": args.override,
         "lora_rank": args.lora_rank, "lora_merge": args.lora_merge,
         "fused_log_probs": os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0",
+        # What the defaults resolved to (config/fused_kernels.py, engine/token_budget.py) or the flags set.
+        "max_tokens_per_gpu": args.max_tokens_per_gpu,
+        "use_fused_kernels": config.actor_rollout_ref.actor.use_fused_kernels,
+        "token_budgets": {key: value for key, value in records[0].items() if key.endswith("token_budget")},
         "sleep_level": config.actor_rollout_ref.rollout.sleep_level,
         "launch_to_first_rollout_s": marks["first_rollout_done"] - launch_start,
         "launch_to_first_rollout_start_s": marks["first_rollout_start"] - launch_start,

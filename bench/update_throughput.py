@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -38,7 +37,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from verl_like.engine.config import EngineConfig
 from verl_like.engine.fsdp import FSDPEngine
-from verl_like.engine.shared import init_process_group_from_env
+from verl_like.engine.shared import init_process_group_from_env, single_process_env
 from verl_like.protocol import DataProto
 from verl_like.utils.device import is_cuda_available
 from verl_like.shapes.decoder import DecoderShape
@@ -259,16 +258,6 @@ def build_engine(config: EngineConfig, args: argparse.Namespace):
                                                  use_distributed_optimizer=distributed))
 
 
-def _init_single_process_group() -> None:
-    """Lets `python bench/...` run without torchrun: a one-rank group on loopback."""
-    if "RANK" in os.environ:
-        return
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], choices=sorted(SHAPES))
@@ -299,7 +288,7 @@ def main() -> None:
         os.environ["VERL_LIKE_FORCE_CPU"] = "1"
         args.models, args.rows_per_rank, args.prompt_len, args.response_len = ["tiny"], 8, 16, 32
         args.max_tokens_per_rank, args.steps, args.warmup_steps = 128, 2, 1
-    _init_single_process_group()
+    single_process_env()  # `python bench/...` without torchrun: a one-rank group on loopback
     init_process_group_from_env()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="update_throughput_"))
     for name in args.models:

@@ -3,9 +3,6 @@ and a train step that moves the weights. Skipped without CUDA."""
 
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 import torch
 
@@ -15,17 +12,14 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from verl_like.config.megatron import MegatronConfig  # noqa: E402
 from verl_like.engine.config import EngineConfig  # noqa: E402
+from verl_like.engine.shared import single_process_env  # noqa: E402
 from verl_like.models.tiny import build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    if "RANK" not in os.environ:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    single_process_env()
     from verl_like.engine.megatron.engine import MegatronEngine
 
     model_dir = build_tiny_model(tmp_path_factory.mktemp("megatron_gpu") / "tiny")

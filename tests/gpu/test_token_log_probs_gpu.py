@@ -26,7 +26,7 @@ def _float64_reference(logits, labels, temperature, grad_lp, grad_ent):
 @pytest.mark.parametrize("calculate_entropy", [True, False])
 @pytest.mark.parametrize("strided", [False, True])
 def test_fused_kernels_match_float64_on_a_full_vocabulary(dtype, calculate_entropy, strided):
-    assert module._fused_enabled(), "Triton should be importable next to a CUDA torch"
+    assert module.fused_log_probs_enabled(), "Triton should be importable next to a CUDA torch"
     torch.manual_seed(0)
     rows, vocab, temperature = 96, 151_936, 0.7
     if strided:  # the padded path hands in logits[:, :-1] of (batch, response_len + 1, vocab)

@@ -15,6 +15,10 @@ from verl_like.config.loss_options import PolicyLossConfig
 from verl_like.config.megatron import MegatronConfig, canonical_strategy
 from verl_like.config.names import KL_ESTIMATOR_NAMES, LOSS_AGG_MODES, LR_SCHEDULERS, POLICY_LOSS_NAMES
 
+# The token budget of a pass whose budget key is left null (auto) until the worker sizes it from free device memory
+# (engine/token_budget.py, CUDA + fsdp2), and always on CPU: verl's default.
+FALLBACK_TOKEN_BUDGET = 16384
+
 # verl writes dtypes as "fp32" / "bf16"; the engine wants torch's names.
 _DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
 
@@ -189,7 +193,7 @@ class PPOUpdateNode(Protocol):
     ppo_mini_batch_size: int
     ppo_micro_batch_size_per_gpu: int | None
     use_dynamic_bsz: bool
-    ppo_max_token_len_per_gpu: int
+    ppo_max_token_len_per_gpu: int | None
     ppo_epochs: int
     grad_clip: float | None
     optim: OptimConfig
@@ -210,7 +214,7 @@ def check_ppo_update_node(node: PPOUpdateNode) -> None:
         raise ValueError(f"{p}.ppo_mini_batch_size={node.ppo_mini_batch_size} must be >= 1 (samples per step)")
     micro = node.ppo_micro_batch_size_per_gpu
     if node.use_dynamic_bsz:
-        if node.ppo_max_token_len_per_gpu < 1:
+        if node.ppo_max_token_len_per_gpu is not None and node.ppo_max_token_len_per_gpu < 1:
             raise ValueError(
                 f"{p}.ppo_max_token_len_per_gpu={node.ppo_max_token_len_per_gpu} must be >= 1 with use_dynamic_bsz"
             )
@@ -222,6 +226,11 @@ def check_ppo_update_node(node: PPOUpdateNode) -> None:
         raise ValueError(f"{p}.ppo_epochs={node.ppo_epochs} must be >= 1")
     if node.grad_clip is not None and not node.grad_clip > 0:
         raise ValueError(f"{p}.grad_clip={node.grad_clip} must be > 0, or null to report the norm without clipping")
+
+
+def configured_token_budget(value: int | None) -> int:
+    """A token-budget key's value, or FALLBACK_TOKEN_BUDGET where it is null (auto, before or without sizing)."""
+    return FALLBACK_TOKEN_BUDGET if value is None else value
 
 
 def mini_batch_size_per_rank(node: PPOUpdateNode, dp_size: int, rollout_n: int) -> int:
@@ -260,7 +269,10 @@ class ActorConfig:
       ppo_mini_batch_size: prompts per optimizer step over all DP ranks (ppo_mini_batch_size * rollout.n samples).
       ppo_micro_batch_size_per_gpu: samples per forward/backward on one rank (gradient accumulation); may be
         null with use_dynamic_bsz.
-      use_dynamic_bsz / ppo_max_token_len_per_gpu: micro-batches by token budget instead of row count.
+      use_dynamic_bsz / ppo_max_token_len_per_gpu: micro-batches by token budget instead of row count; the
+        budget null (default, "auto") is sized from free device memory once the models are in place on CUDA with
+        strategy=fsdp2 (engine/token_budget.py; logged, metric actor/token_budget), else FALLBACK_TOKEN_BUDGET
+        (16,384); a number is used as given.
       ppo_epochs: passes over the batch per update; shuffle: shuffle the rows before each pass (the same
         permutation on every rank, seeded by data_loader_seed, the update's step and the epoch).
     Loss
@@ -279,7 +291,8 @@ class ActorConfig:
     Model execution
       use_remove_padding: pack sequences (no padding tokens in the forward pass).
       gradient_checkpointing: recompute decoder-layer activations in backward.
-      use_fused_kernels: Triton RMSNorm and SwiGLU in the model (see ModelConfig; CUDA, fsdp2).
+      use_fused_kernels: Triton RMSNorm and SwiGLU in the model (see ModelConfig; CUDA, fsdp2); null (auto) is
+        decided once on the driver (config/fused_kernels.py) before any worker sees it.
       freeze_vision_tower: a vision-language policy's vision encoder is not trained (docs/vision.md); its
         connector and language model are. Ignored by text models. fsdp2 only.
     Engine
@@ -290,7 +303,7 @@ class ActorConfig:
     ppo_mini_batch_size: int = 256
     ppo_micro_batch_size_per_gpu: int | None = None
     use_dynamic_bsz: bool = False
-    ppo_max_token_len_per_gpu: int = 16384
+    ppo_max_token_len_per_gpu: int | None = None
     ppo_epochs: int = 1
     shuffle: bool = False
     data_loader_seed: int = 0
@@ -310,7 +323,7 @@ class ActorConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_remove_padding: bool = False
     gradient_checkpointing: bool = False
-    use_fused_kernels: bool = False
+    use_fused_kernels: bool | None = None
     freeze_vision_tower: bool = False
     strategy: str = "fsdp2"
     megatron: MegatronConfig = field(default_factory=MegatronConfig)

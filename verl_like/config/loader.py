@@ -26,6 +26,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandat
 
 from verl_like.config.convert import build_node, unknown_key_message, valid_keys
 from verl_like.config.errors import ConfigError
+from verl_like.config.fused_kernels import resolve_fused_kernels
 from verl_like.config.ppo import PPOConfig
 from verl_like.config.validate import validate
 
@@ -161,11 +162,13 @@ def load_config(
     overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, *, check_paths: bool = True
 ) -> PPOConfig:
     """compose_config + to_typed + validate: the validated PPOConfig of `overrides`. With check_paths, HF hub ids
-    given as model paths are resolved to their snapshot in the HF cache first (verl_like/utils/hub.py)."""
+    given as model paths are resolved to their snapshot in the HF cache first (verl_like/utils/hub.py). A null
+    use_fused_kernels is decided here, once (config/fused_kernels.py)."""
     config = to_typed(resolve_auto_device(compose_config(overrides, config_dir)))
     if check_paths:
         from verl_like.utils.hub import resolve_hub_models
 
         config = resolve_hub_models(config)
+    config = resolve_fused_kernels(config)
     validate(config, check_paths=check_paths)
     return config

@@ -53,7 +53,10 @@ class ModelConfig:
     use_fused_kernels: verl's key, fed to `actor_rollout_ref.actor.use_fused_kernels` the same way: Triton
       kernels for the RMSNorm and SwiGLU of Qwen2/Llama-family models in the actor and reference
       (engine/fused_layers.py; CUDA and strategy=fsdp2 only). verl fuses the log-prob/entropy computation under
-      this key; here that part is always fused on CUDA (engine/token_log_probs.py).
+      this key; here that part is always fused on CUDA (engine/token_log_probs.py). null (default, "auto"): on
+      when trainer.device=cuda, actor.strategy=fsdp2 and the model's model_type is one the fused layers serve
+      (config/fused_kernels.py: qwen2, qwen3, llama, mistral), off otherwise; decided once when the config is
+      loaded, the reason logged. true/false are used as given (true where it cannot run is refused).
 
     LoRA (verl's keys; docs/lora.md)
       lora_rank: rank of the PEFT LoRA adapters the actor trains; 0 (default) trains every weight. With a rank
@@ -75,7 +78,7 @@ class ModelConfig:
     override_config: Mapping[str, Any] = field(default_factory=dict)
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = False
-    use_fused_kernels: bool = False
+    use_fused_kernels: bool | None = None
     lora_rank: int = 0
     lora_alpha: int = 16
     target_modules: str | tuple[str, ...] = "all-linear"
@@ -136,6 +139,28 @@ def max_position_embeddings(model: ModelConfig) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def hf_model_type(model: ModelConfig, data: Any = None) -> str | None:
+    """The policy's HF `model_type`: config.json's, "qwen2" for the builtin tiny model (or None when `data`, the
+    DataConfig, trains it on a synthetic image task: the builtin vision-language model); None if unreadable."""
+    if model.is_builtin:
+        from verl_like.config.vision import synthetic_image_task
+
+        files = [] if data is None else [data.train_files] if isinstance(data.train_files, str) else data.train_files
+        for path in files:
+            try:
+                if path.startswith("synthetic:") and synthetic_image_task(path):
+                    return None
+            except ValueError:  # an unknown task: validation names it
+                continue
+        return "qwen2"
+    config_file = Path(model.path).expanduser() / "config.json"
+    try:
+        value = json.loads(config_file.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):  # no file, not JSON, not a JSON object
+        return None
+    return value if isinstance(value, str) else None
+
+
 def tiny_model_spec(model: ModelConfig) -> Any:
     """The TinyModelSpec `model.tiny_spec` describes; ConfigError naming the key for an unknown field or value."""
     from verl_like.models.tiny import TinyModelSpec
@@ -158,7 +183,8 @@ class RefConfig:
     """The reference policy's log-prob pass (`actor_rollout_ref.ref`); used when a KL term needs it.
 
     log_prob_micro_batch_size_per_gpu: samples per forward on one rank.
-    log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead.
+    log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead; the budget
+      null (auto) is sized like the actor's (ActorConfig), for a forward without gradients.
     fsdp_config: FSDP options of the reference copy: model_dtype, param_dtype, reduce_dtype, param_offload (keeps
       it in CPU memory between uses), reshard_after_forward. It has no optimizer: optimizer_offload must be false.
     strategy: the reference's engine; it follows actor_rollout_ref.actor.strategy (null, or the same value;
@@ -169,7 +195,7 @@ class RefConfig:
 
     log_prob_micro_batch_size_per_gpu: int = 8
     log_prob_use_dynamic_bsz: bool = False
-    log_prob_max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int | None = None
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     strategy: str | None = None
     megatron: MegatronConfig | None = None
@@ -189,7 +215,7 @@ class RefConfig:
             raise ConfigError(
                 f"{p}.log_prob_micro_batch_size_per_gpu={self.log_prob_micro_batch_size_per_gpu} must be >= 1"
             )
-        if self.log_prob_max_token_len_per_gpu < 1:
+        if self.log_prob_max_token_len_per_gpu is not None and self.log_prob_max_token_len_per_gpu < 1:
             raise ConfigError(f"{p}.log_prob_max_token_len_per_gpu={self.log_prob_max_token_len_per_gpu} must be >= 1")
         self.fsdp_config.validate(f"{p}.fsdp_config")
         if self.fsdp_config.optimizer_offload:

@@ -263,7 +263,8 @@ class RolloutConfig:
 
     Log-probs of the rollout's samples under the current actor (`compute_log_prob`, the "old" log-probs)
       log_prob_micro_batch_size_per_gpu: samples per forward on one rank; null uses the actor's micro-batch size.
-      log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead.
+      log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu: micro-batches by token budget instead; the budget
+        null (auto) is sized like the actor's (ActorConfig), for a forward without gradients.
 
     Weight sync (hybrid engine: actor FSDP shards -> rollout TP shards, after every actor update)
       update_weights_bucket_megabytes: the most bytes of weights in flight per bucket; bounds the extra memory of
@@ -309,7 +310,7 @@ class RolloutConfig:
     val_kwargs: RolloutValKwargs = field(default_factory=RolloutValKwargs)
     log_prob_micro_batch_size_per_gpu: int | None = None
     log_prob_use_dynamic_bsz: bool = False
-    log_prob_max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int | None = None
     update_weights_bucket_megabytes: int = 512
     weight_sync_mode: str = "sliced"
     weight_sync_timeout_s: float = 600.0
@@ -361,7 +362,7 @@ class RolloutConfig:
         micro = self.log_prob_micro_batch_size_per_gpu
         if micro is not None and micro < 1:
             raise ConfigError(f"{_P}.log_prob_micro_batch_size_per_gpu={micro} must be >= 1, or null")
-        if self.log_prob_max_token_len_per_gpu < 1:
+        if self.log_prob_max_token_len_per_gpu is not None and self.log_prob_max_token_len_per_gpu < 1:
             raise ConfigError(
                 f"{_P}.log_prob_max_token_len_per_gpu={self.log_prob_max_token_len_per_gpu} must be >= 1"
             )

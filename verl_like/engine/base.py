@@ -30,6 +30,7 @@ Loss contract of `forward_backward` (why: data parallelism must give exactly the
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl_like.engine.config import MicroBatching
+from verl_like.engine.config import EngineConfig, MicroBatching
 from verl_like.protocol import DataProto
 
 @dataclass(frozen=True)
@@ -77,6 +78,16 @@ class ForwardBackwardResult:
 
 class TrainEngine(abc.ABC):
     """One model trained data-parallel over a process group; every method is called on every rank together."""
+
+    config: EngineConfig
+
+    def set_token_budget(self, max_tokens: int) -> None:
+        """Makes `max_tokens` the budget of the engine's own token micro-batches (use_dynamic_bsz): a budget sized
+        after the engine was built, from the memory left (engine/token_budget.py); same value on every rank."""
+        if not self.config.use_dynamic_bsz or max_tokens < 1:
+            raise ValueError(f"set_token_budget({max_tokens}): the engine micro-batches by tokens only with "
+                             "use_dynamic_bsz, and a budget must be >= 1")
+        self.config = dataclasses.replace(self.config, max_tokens_per_rank=max_tokens)
 
     @property
     @abc.abstractmethod

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from verl_like.config.actor import ActorConfig, FSDPConfig, PPOUpdateNode
+from verl_like.config.actor import ActorConfig, FSDPConfig, PPOUpdateNode, configured_token_budget
 from verl_like.config.critic import CriticConfig
 from verl_like.config.errors import ConfigError
 from verl_like.config.model import ModelConfig, RefConfig
@@ -73,7 +73,8 @@ def build_engine_config(
         # With dynamic batching the engine plans by tokens and never reads the row count; 1 satisfies its check.
         micro_batch_size_per_rank=node.ppo_micro_batch_size_per_gpu or 1,
         use_dynamic_bsz=node.use_dynamic_bsz,
-        max_tokens_per_rank=node.ppo_max_token_len_per_gpu if node.use_dynamic_bsz else None,
+        # A null (auto) budget starts at the fallback; the worker sizes it on CUDA (engine/token_budget.py).
+        max_tokens_per_rank=configured_token_budget(node.ppo_max_token_len_per_gpu) if node.use_dynamic_bsz else None,
         use_remove_padding=node.use_remove_padding,
         optimizer_offload=fsdp.optimizer_offload,
         seed=seed,
@@ -96,8 +97,10 @@ def actor_engine_config(
     override_config / trust_remote_code / lora: actor_rollout_ref.model's, see `lora_settings`)."""
     config = build_engine_config(
         actor, "causal_lm", model_path, total_training_steps, seed,
-        override_config=override_config, trust_remote_code=trust_remote_code, fused_kernels=actor.use_fused_kernels,
-        lora=lora,
+        # A null (auto) use_fused_kernels is decided on the driver (config/fused_kernels.py); one that reaches here
+        # undecided comes from a config built by hand outside the trainer and stays off.
+        override_config=override_config, trust_remote_code=trust_remote_code,
+        fused_kernels=bool(actor.use_fused_kernels), lora=lora,
     )
     return dataclasses.replace(config, freeze_vision_tower=actor.freeze_vision_tower)
 
@@ -142,11 +145,16 @@ def reward_model_engine_config(reward_model: RewardModelConfig, seed: int = 0) -
     )
 
 
-def log_prob_micro_batching(rollout: RolloutConfig, actor_engine_config: EngineConfig) -> MicroBatching:
+def log_prob_micro_batching(rollout: RolloutConfig, actor_engine_config: EngineConfig,
+                            sized_budget: int | None = None) -> MicroBatching:
     """How the actor's forward for old log-probs splits its rows: the rollout node's log_prob_* keys (verl's
-    names), the actor's micro-batch size where log_prob_micro_batch_size_per_gpu is unset."""
+    names), the actor's micro-batch size where log_prob_micro_batch_size_per_gpu is unset. sized_budget: the
+    budget sized from free memory for a null log_prob_max_token_len_per_gpu (None: the fallback)."""
     size = rollout.log_prob_micro_batch_size_per_gpu or actor_engine_config.micro_batch_size_per_rank
-    return MicroBatching(size, rollout.log_prob_max_token_len_per_gpu if rollout.log_prob_use_dynamic_bsz else None)
+    if not rollout.log_prob_use_dynamic_bsz:
+        return MicroBatching(size)
+    budget = rollout.log_prob_max_token_len_per_gpu
+    return MicroBatching(size, configured_token_budget(sized_budget if budget is None else budget))
 
 
 def reference_engine_config(actor_engine_config: EngineConfig, ref: RefConfig | None = None) -> EngineConfig:
@@ -162,6 +170,7 @@ def reference_engine_config(actor_engine_config: EngineConfig, ref: RefConfig | 
         config,
         micro_batch_size_per_rank=ref.log_prob_micro_batch_size_per_gpu,
         use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
-        max_tokens_per_rank=ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
+        max_tokens_per_rank=(configured_token_budget(ref.log_prob_max_token_len_per_gpu)
+                             if ref.log_prob_use_dynamic_bsz else None),
         **_fsdp_fields(ref.fsdp_config),
     )

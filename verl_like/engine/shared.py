@@ -31,6 +31,16 @@ def init_process_group_from_env() -> None:
     dist.init_process_group(backend=get_dist_backend())
 
 
+def single_process_env() -> None:
+    """Sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT for a world of one on a free loopback port (a bench
+    or test that builds an engine in its own process, without torchrun), unless RANK is set already."""
+    if "RANK" in os.environ:
+        return
+    from verl_like.utils.gloo import free_port
+
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+
+
 def rank_rng_state() -> dict[str, Any]:
     """This rank's RNG states (torch CPU and CUDA, Python, NumPy), saved with a checkpoint to resume exactly."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}

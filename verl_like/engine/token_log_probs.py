@@ -47,12 +47,13 @@ def token_log_probs(
 
     The fused kernels on CUDA when Triton is importable, else the reference; both are differentiable in `logits`.
     """
-    if logits.is_cuda and logits.numel() > 0 and _fused_enabled():
+    if logits.is_cuda and logits.numel() > 0 and fused_log_probs_enabled():
         return _fused(logits, labels, temperature, calculate_entropy)
     return reference_token_log_probs(logits, labels, temperature, calculate_entropy)
 
 
-def _fused_enabled() -> bool:
+def fused_log_probs_enabled() -> bool:
+    """Whether CUDA logits take the fused kernels (Triton importable, VERL_LIKE_FUSED_LOG_PROBS not 0)."""
     return os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0" and _kernels() is not None
 
 

@@ -79,7 +79,24 @@ def _sizes(config: PPOConfig) -> list[str]:
         lines.append(f"critic mini-batch: {d.critic_ppo_mini_batch_size_samples} samples, "
                      f"{d.critic_ppo_mini_batch_size_per_rank} per rank")
     lines.append(f"lengths: prompt <= {data.max_prompt_length}, response <= {data.max_response_length} tokens")
+    lines.append(_token_budgets(config))
+    fused = config.actor_rollout_ref.actor.use_fused_kernels
+    lines.append(f"fused RMSNorm/SwiGLU kernels (use_fused_kernels): {'on' if fused else 'off'}")
     return lines
+
+
+def _token_budgets(config: PPOConfig) -> str:
+    """How the token budgets will be set: the null keys sized at start-up, or the fallback and why."""
+    from verl_like.config.actor import FALLBACK_TOKEN_BUDGET
+    from verl_like.config.token_budget import auto_budget_blocker, auto_budget_passes
+
+    passes = auto_budget_passes(config)
+    if not passes:
+        return "token budgets: as configured (no null budget of a token-batched pass)"
+    blocker = auto_budget_blocker(config)
+    if blocker is None:
+        return f"token budgets of {', '.join(passes)}: sized from free device memory at start-up"
+    return f"token budgets of {', '.join(passes)}: {FALLBACK_TOKEN_BUDGET} ({blocker})"
 
 
 def _algorithm(config: PPOConfig) -> list[str]:

@@ -31,6 +31,7 @@ from verl_like.algorithms import (
     compute_rollout_is_weights,
     filter_zero_variance_groups,
 )
+from verl_like.config.fused_kernels import resolve_fused_kernels
 from verl_like.protocol import DataProto
 from verl_like.rollout.request import GenerationRequest
 from verl_like.rollout.trajectory import infra_failed_rows
@@ -74,7 +75,8 @@ class PPOTrainer:
         reward_fn: Any = None,
         reward_model_worker: type | None = None,
     ) -> None:
-        self.config = config
+        # load_config decided a null use_fused_kernels already; a PPOConfig built by hand is decided here.
+        self.config = config = resolve_fused_kernels(config)
         self._actor_rollout_worker = actor_rollout_worker
         self._actor_rollout_kwargs = dict(actor_rollout_kwargs or {})
         self._critic_worker = critic_worker

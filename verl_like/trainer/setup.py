@@ -412,6 +412,7 @@ def build_components(
         for role in (critic, reward_model, teacher):
             if role is not None:
                 role.init_model()
+        token_budgets = size_token_budgets(config, actor_rollout)  # every model of the devices is in place now
     except BaseException:
         if rollout is not None:
             rollout.close()
@@ -441,5 +442,29 @@ def build_components(
         critic_shape=model_shape(critic_path, config.critic.model.trust_remote_code) if derived.use_critic else None,
         groups=groups,
         pools=pools,
-        startup={**startup, "startup/total_s": time.perf_counter() - started},
+        startup={**startup, **token_budgets, "startup/total_s": time.perf_counter() - started},
     )
+
+
+def size_token_budgets(config: PPOConfig, actor_rollout: RoleHandle) -> dict[str, float]:
+    """The token budget of every token-batched pass under its metric name (actor/token_budget, ...), logged with
+    the first step: null keys sized from the devices' free memory once the models are built (config/token_budget.py
+    says when they are not: then, like a key set to a number, the configured value or 16,384)."""
+    from verl_like.config.actor import configured_token_budget
+    from verl_like.config.token_budget import (
+        BUDGET_METRICS, auto_budget_blocker, auto_budget_passes, longest_sequence, token_batched_passes,
+    )
+
+    budgets = {name: configured_token_budget(value) for name, value in token_batched_passes(config).items()}
+    passes = auto_budget_passes(config)
+    blocker = auto_budget_blocker(config) if passes else None
+    if passes and blocker is None:
+        with phase("sizing the token budgets from free device memory", log=logger):
+            per_rank = actor_rollout.size_token_budgets(list(passes), longest_sequence(config),
+                                                        config.trainer.timeouts.worker_start_timeout_s)
+        budgets.update(per_rank[0] if isinstance(per_rank, list) else per_rank)  # the same on every rank
+    if budgets:
+        how = ("null ones sized from free device memory" if passes and blocker is None
+               else f"null ones not sized ({blocker})" if passes else "as configured")
+        logger.info("token budgets per micro-batch (%s): %s", how, budgets)
+    return {BUDGET_METRICS[name]: float(value) for name, value in budgets.items()}

@@ -144,6 +144,7 @@ class ActorRolloutWorker(Worker):
         self._version = WeightVersion()  # the policy version those weights are (workers/weight_version.py)
         self._weights_discarded = False  # the engine's last sleep threw its weights away (sleep_discards_weights)
         self._agent_runner: Any = None  # configure_agent_loops: rollouts run through agent loops
+        self._log_prob_budget: int | None = None  # size_token_budgets: the old log-probs' sized budget
 
     # ----- overridable hooks -----
 
@@ -245,6 +246,23 @@ class ActorRolloutWorker(Worker):
         return startup
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
+    def size_token_budgets(self, passes: list[str], longest_sequence: int, timeout_s: float) -> dict[str, int]:
+        """Sizes the null token budgets of `passes` from free device memory, the same on every rank, and uses them
+        from now on (engine/token_budget.py); returns them by pass. The driver calls it once at start-up."""
+        from verl_like.config.token_budget import LOG_PROB, REF_LOG_PROB, UPDATE
+        from verl_like.engine.token_budget import size_engine_budgets
+
+        engine = self._require(self.actor, "size_token_budgets").engine
+        ref = self.ref.engine if self.ref is not None and self.ref.engine is not engine else None  # LoRA: the actor
+        agreed = size_engine_budgets([p for p in passes if p != REF_LOG_PROB or ref is not None], engine, ref,
+                                     longest_sequence, timeout_s, "actor_rollout.size_token_budgets")
+        for name, target in ((UPDATE, engine), (REF_LOG_PROB, ref)):
+            if name in agreed:
+                target.set_token_budget(agreed[name])
+        self._log_prob_budget = agreed.get(LOG_PROB)
+        return agreed
+
+    @register(dispatch=Dispatch.ONE_TO_ALL)
     def connect_rollout_servers(self, addresses: list[str], pause_mode: str | None = None,
                                 weight_transfer: str = "gloo") -> dict[str, float]:
         """Server mode: links this group to the vLLM servers at `addresses` (rank 0 sends, through vLLM's
@@ -336,7 +354,7 @@ class ActorRolloutWorker(Worker):
         "rollout_log_probs", equal to "old_log_probs" on response tokens (the same forward)."""
         actor = self._require(self.actor, "compute_log_prob")
         temperature = self._train_request(data).temperature
-        micro_batching = log_prob_micro_batching(self.rollout_config, actor.engine.config)
+        micro_batching = log_prob_micro_batching(self.rollout_config, actor.engine.config, self._log_prob_budget)
         with self._onloaded(actor.engine):
             out = actor.compute_log_prob(data, temperature=temperature, calculate_entropy=True,
                                          micro_batching=micro_batching)

@@ -245,10 +245,36 @@ def planning_errors(ctx):
     return errors
 
 
+def token_budget_sizing(ctx):
+    """engine/token_budget.py on real FSDP2 shards: each rank reads another free memory (patched: pending bytes +
+    room for 8,192 / 16,384 tokens), both take the smaller budget (gloo MIN), and the engine micro-batches at it."""
+    from verl_like.engine import token_budget
+    from verl_like.shapes.decoder import DecoderShape
+
+    engine = _engine(ctx["model_dir"], use_remove_padding=True, use_dynamic_bsz=True, max_tokens_per_rank=16384)
+    shape = DecoderShape.from_hf_config(engine.model.config)
+    model, state = token_budget.activation_model(engine), token_budget.resident_state(engine)
+    per_token = token_budget.bytes_per_token(shape, model, training=True)
+    pending = token_budget.pending_bytes(shape, state, model.compute_bytes, training=True)
+    room = 8192 * (ctx["rank"] + 1)
+    free = pending + int((room + 512) * per_token / token_budget.SAFETY_FRACTION)
+    original, token_budget.free_device_bytes = token_budget.free_device_bytes, lambda: free
+    try:
+        solo = token_budget.budgets_for(["update"], shape, model, state, free, 16)["update"]
+        agreed = token_budget.size_engine_budgets(["update"], engine, None, 16, 30.0, "engine_scenarios")
+    finally:
+        token_budget.free_device_bytes = original
+    engine.set_token_budget(agreed["update"])
+    result = engine.forward_backward(_local(ctx["batch"], ctx["rank"], 4), policy_loss)
+    return {"solo": solo, "agreed": agreed, "max_tokens": engine.config.max_tokens_per_rank,
+            "num_micro_batches": result.num_micro_batches, "trainable_local": state.trainable_local,
+            "parameters": sum(p.numel() for p in engine.model.parameters())}
+
+
 def _scenarios():
     scenarios = {name: (data_parallel, args) for name, args in DATA_PARALLEL_SCENARIOS.items()}
     for function in (lr_schedule, scaled_lr_step, non_finite_gradient, checkpoint_resume, export, offload_round_trip,
-                     planning_errors):
+                     planning_errors, token_budget_sizing):
         scenarios[function.__name__] = (function, ())
     return scenarios
 

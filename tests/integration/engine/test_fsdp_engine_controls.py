@@ -38,3 +38,13 @@ def test_a_sequence_over_budget_on_one_rank_fails_every_rank(engine_runs):
     rank0, rank1 = (result["over_budget"] for result in engine_runs.get("planning_errors"))
     assert rank1.startswith("ValueError:") and "raise max_tokens_per_rank to at least 11" in rank1
     assert rank0.startswith("RuntimeError: another data-parallel rank could not plan its micro-batches")
+
+
+def test_ranks_size_the_token_budget_from_their_own_free_memory_and_agree_on_the_smallest(engine_runs):
+    results = engine_runs.get("token_budget_sizing")
+    assert [r["solo"] for r in results] == [8192, 16384]  # what each rank's own free memory allows
+    for result in results:
+        assert result["agreed"] == {"update": 8192} and result["max_tokens"] == 8192
+        assert result["num_micro_batches"] == 1
+    # Each rank counts its own shards: together, every parameter once.
+    assert sum(r["trainable_local"] for r in results) == results[0]["parameters"]

@@ -24,3 +24,7 @@ def test_step_bench_smoke_reports_every_phase(tmp_path, verl_like_cache):
     assert 0 < sum(report["share"].values()) <= 1.0
     assert report["weight_sync_gb"] > 0 and report["launch_to_first_rollout_s"] > 0
     assert report["logprob_diff_mean"] < 1e-3  # fp32 rollout vs fp32 actor on the same tokens
+    # No budget or fused-kernel flag: the defaults, which on CPU keep the configured (fallback) budgets unsized and
+    # the Triton kernels off (#30 goal 2).
+    assert report["max_tokens_per_gpu"] is None and report["use_fused_kernels"] is False
+    assert report["token_budgets"] == {"actor/token_budget": 16384.0, "actor/log_prob_token_budget": 16384.0}
