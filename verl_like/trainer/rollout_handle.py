@@ -1,8 +1,8 @@
 """What the trainer loop generates with and syncs into, whatever the placement.
 
 `ColocatedRollout`: the engines live in the actor-rollout workers (verl's hybrid engine); both calls go to them.
-`ServerModeRollout`: vLLM servers on their own pool (or the user's); the driver sends the requests
-(`ServerRollout`) and the actor group's rank 0 sends the weights (`ServerTransport`).
+`ServerRolloutHandle`: vLLM servers on their own pool (or the user's); the driver sends the requests
+(`ServerGenerator`) and the actor group's rank 0 sends the weights (`ServerTransport`).
 Both return the same DataProto: the rollout layout of `RolloutEngine`, its `TrainRequest`'s temperature and rollout/*
 metrics. Weights move only in `sync_weights` and `load_checkpoint` (and, colocated, when an engine's sleep discarded
 them); both keep `weight_version`, the policy version the rollout holds (workers/weight_version.py).
@@ -27,7 +27,7 @@ from verl_like.workers.train_request import TrainRequest
 
 if TYPE_CHECKING:  # server mode's HTTP client (httpx) is imported only when a run uses servers
     from verl_like.rollout.server_client import ServerClient
-    from verl_like.rollout.servers import ServerRollout
+    from verl_like.rollout.servers import ServerGenerator
     from verl_like.trainer.server_supervision import ServerSupervision
 
 logger = logging.getLogger(__name__)
@@ -74,10 +74,10 @@ class ColocatedRollout:
             logger.warning("closing the rollout engines failed: %s", err)
 
 
-class ServerModeRollout:
+class ServerRolloutHandle:
     """vLLM servers: generation from the driver, weights from the actor group's rank 0 (module doc)."""
 
-    def __init__(self, rollout_config: Any, actor_rollout: RoleHandle, servers: ServerRollout,
+    def __init__(self, rollout_config: Any, actor_rollout: RoleHandle, servers: ServerGenerator,
                  supervisors: list[Any] | None = None, pool: ResourcePool | None = None,
                  supervision: ServerSupervision | None = None, serves_adapters: bool = False) -> None:
         """serves_adapters: LoRA adapter-only sync; every request names the servers' active adapter."""
@@ -304,13 +304,13 @@ def launch_servers(
     """Starts the servers `config` (the PPOConfig) asks for without waiting for them (`LaunchedServers`), so that
     the trainer's workers can start meanwhile; with rollout.server.address, only names the user's servers.
 
-    Started servers run under `RolloutServerWorker` actors, one per `tensor_model_parallel_size` devices; all are
+    Started servers run under `VLLMServerActor` actors, one per `tensor_model_parallel_size` devices; all are
     launched at once, then (in `wait_ready`) each must answer /health within server.start_timeout_s (an error
     names it and shows its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles,
     one each, instead of a pool of their own (config/placement.py); no pool is then returned (the
     trainer's owns it).
     """
-    from verl_like.workers.rollout_server import RolloutServerWorker
+    from verl_like.workers.vllm_server_actor import VLLMServerActor
 
     server = config.actor_rollout_ref.rollout.server
     placement = config.placement
@@ -331,7 +331,7 @@ def launch_servers(
     host = "127.0.0.1" if placement.nnodes == 1 else "0.0.0.0"
     launched = LaunchedServers(server, started, ready_timeout_s, host=host, pool=owned)
     try:
-        remote = ray.remote(RolloutServerWorker)
+        remote = ray.remote(VLLMServerActor)
         for index, slot in enumerate(pool.slots):
             options = {
                 **placement.server_resources(device, cpus_per_process),

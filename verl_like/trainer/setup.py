@@ -18,7 +18,7 @@ from verl_like.shapes.decoder import DecoderShape
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
-from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, ServerModeRollout, launch_servers
+from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, ServerRolloutHandle, launch_servers
 from verl_like.utils.device import resolve_device
 from verl_like.utils.progress import phase
 
@@ -80,7 +80,7 @@ class TrainerComponents:
     """
 
     actor_rollout: RoleHandle
-    rollout: Any  # trainer.rollout_handle: ColocatedRollout or ServerModeRollout
+    rollout: Any  # trainer.rollout_handle: ColocatedRollout or ServerRolloutHandle
     critic: RoleHandle | None
     reward_manager: Any
     train_loader: Any
@@ -155,7 +155,7 @@ def serves_adapters(config: PPOConfig) -> bool:
 
 def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
                     pending: Any, trainer_pool: ResourcePool, startup: dict[str, float],
-                    launched: LaunchedServers | None = None) -> ServerModeRollout:
+                    launched: LaunchedServers | None = None) -> ServerRolloutHandle:
     """Waits for the vLLM servers (`launched`, or starts them now), links the actor group to them and sends the
     weights once; notes "startup/servers_s" (launch to healthy) and "startup/first_sync_s" in `startup`, with
     the workers' own times.
@@ -163,7 +163,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
     Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built:
     vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
     moment would distort. Servers on devices of their own were launched before the trainer's workers."""
-    from verl_like.rollout.servers import ServerRollout
+    from verl_like.rollout.servers import ServerGenerator
     from verl_like.trainer.server_supervision import ServerSupervision
 
     rollout = config.actor_rollout_ref.rollout
@@ -180,7 +180,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         check_lora_servers(clients, config.actor_rollout_ref.model.lora_rank,
                            window_size(config.async_training.staleness))
     startup["startup/servers_s"] = time.monotonic() - launched.started
-    servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests,
+    servers = ServerGenerator(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests,
                             request_timeout_s=rollout.server.request_timeout_s,
                             request_retries=rollout.server.request_retries,
                             retry_backoff_s=rollout.server.retry_backoff_s)
@@ -197,7 +197,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         supervision = ServerSupervision(supervisors, servers.servers, link, rollout.server.max_restarts,
                                         rollout.server.start_timeout_s)
         servers.servers.on_unresponsive = supervision.stop_unresponsive
-    handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool, supervision,
+    handle = ServerRolloutHandle(rollout, actor_rollout, servers, supervisors, pool, supervision,
                                serves_adapters=serves_adapters(config))
     try:
         startup.update(slowest_rank(pending.result()))
@@ -216,7 +216,7 @@ def _start_agent_loops(config: PPOConfig, rollout: Any, actor_rollout: RoleHandl
     from verl_like.experimental.agent_loop.runner import AgentLoopRunner, agent_config_dict, registry_snapshot
 
     plain = agent_config_dict(config)
-    if isinstance(rollout, ServerModeRollout):
+    if isinstance(rollout, ServerRolloutHandle):
         from omegaconf import OmegaConf
 
         rollout.start_agent_loops(AgentLoopRunner(OmegaConf.create(plain), tokenizer))

@@ -1,4 +1,4 @@
-"""`RolloutServerWorker`: a Ray actor on the rollout pool that starts one vLLM server and supervises it.
+"""`VLLMServerActor`: a Ray actor on the rollout pool that starts one vLLM server and supervises it.
 
 The server (`python -m verl_like.serve`, which execs vLLM's) is a child process tied to the actor: it dies with the
 actor even on kill -9 (the kernel's parent-death signal), its engine processes end with it (they watch it), and
@@ -30,7 +30,7 @@ def die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class RolloutServerWorker:
+class VLLMServerActor:
     """One vLLM server: `start()` launches it and returns its address; the driver then polls its /health.
 
     index: the server's number (in errors and log names). host: bind address (loopback unless the pool spans
@@ -108,6 +108,6 @@ class RolloutServerWorker:
             pass
 
     def __del__(self) -> None:
-        # `ray.remote(RolloutServerWorker)` builds a class object whose collection runs this too, without __init__.
+        # `ray.remote(VLLMServerActor)` builds a class object whose collection runs this too, without __init__.
         if getattr(self, "process", None) is not None:
             self.stop(timeout_s=5.0)
