@@ -46,6 +46,7 @@ from transformers import AutoTokenizer
 from verl_like.config.actor import ActorConfig
 from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.rollout import RolloutConfig
+from verl_like.config.rollout_backends import rollout_backend
 from verl_like.config.topology import RoleTopology, Topology, actor_group_topology
 from verl_like.experimental.agent_loop.engine_rollout import engine_agent_rollout, rows_use_agent_loops
 from verl_like.engine.base import TrainEngine
@@ -56,17 +57,16 @@ from verl_like.engine.from_config import (
     lora_settings,
     reference_engine_config,
 )
-from verl_like.engine.model_loading import load_hf_config, resolved_overrides
+from verl_like.engine.model_loading import load_hf_config
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.factory import build_colocated_transport
 from verl_like.rollout.base import RolloutEngine, SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
-from verl_like.rollout.from_config import vllm_engine_options
+from verl_like.rollout.backends import EngineBuild, build_rollout_engine
 from verl_like.rollout.request import GenerationRequest
 from verl_like.single_controller import Dispatch, Worker, register
-from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.reference import ReferencePolicy
 from verl_like.workers.train_request import TrainRequest
@@ -147,25 +147,13 @@ class ActorRolloutWorker(Worker):
     # ----- overridable hooks -----
 
     def build_rollout_engine(self) -> RolloutEngine:
-        """The rollout engine of this rank (vLLM in-process, or HF `generate`); override to use your own."""
-        config = self.rollout_config
-        if config.name == "hf":
-            from transformers import AutoModelForCausalLM
-
-            from verl_like.rollout.hf import HFRolloutEngine
-
-            dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
-            model = AutoModelForCausalLM.from_pretrained(
-                self.model_path, config=self.hf_config(), dtype=dtype, trust_remote_code=self.trust_remote_code
-            )
-            return HFRolloutEngine(model.to(get_torch_device()))
-        from verl_like.rollout.vllm import VLLMRolloutEngine
-
-        hf_overrides = resolved_overrides(self.hf_config(), self.override_config) if self.override_config else {}
+        """The rollout engine of this rank: the one rollout.name's registry entry builds (config/rollout_backends.py:
+        vLLM in-process, HF `generate`, or a registered backend); override to use your own."""
         serves_adapter = self.lora is not None and not self.lora_merge
-        options = vllm_engine_options(config, hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code,
-                                      lora_rank=self.lora.rank if serves_adapter else 0)
-        return VLLMRolloutEngine(self.model_path, options)
+        return build_rollout_engine(EngineBuild(
+            self.model_path, self.rollout_config, self.hf_config(), self.override_config, self.trust_remote_code,
+            lora_rank=self.lora.rank if serves_adapter else 0,
+        ))
 
     def hf_config(self) -> Any:
         """The policy's HF config with actor_rollout_ref.model.override_config applied."""
@@ -229,9 +217,10 @@ class ActorRolloutWorker(Worker):
             logger.info("rank %d: actor ready (rollout in servers; %s)", self.rank, startup)
             return startup
         if type(self).generate is ActorRolloutWorker.generate:
-            if self.rollout_config.name == "vllm":
-                importlib.import_module("vllm")  # timed on its own: seconds of imports before the engine starts
-                lap("vllm_import")
+            package = rollout_backend(self.rollout_config.name).package
+            if package is not None:
+                importlib.import_module(package)  # timed on its own: seconds of imports before the engine starts
+                lap(f"{package.replace('.', '_')}_import")
             self.rollout = self.build_rollout_engine()
         self.transport = self._colocated_transport()
         lap("rollout_engine")
