@@ -26,7 +26,7 @@ from verl_like.config.loader import load_config  # noqa: E402
 from verl_like.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.rollout.servers import ServerGenerator  # noqa: E402
-from verl_like.serve import vllm_server_args  # noqa: E402
+from verl_like.rollout.vllm_server import VLLM_SERVER  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
 from verl_like.trainer.rollout_handle import ServerRolloutHandle, start_servers  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
@@ -82,7 +82,7 @@ def shared(request, ray_cluster, tmp_path_factory):
     handle = None
     try:
         group.init_model()  # before the server: vLLM sizes its KV cache while nothing else allocates
-        clients, supervisors, owned = start_servers(config, model_dir, vllm_server_args(rollout,
+        clients, supervisors, owned = start_servers(config, model_dir, VLLM_SERVER.engine_args(rollout,
                                                     weight_transfer=weight_transfer), "cuda", 1.0, 600.0,
                                                     trainer_pool=pool)
         assert owned is None  # the servers took no pool of their own

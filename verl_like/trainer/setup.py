@@ -125,9 +125,10 @@ def slowest_rank(per_rank: Any) -> dict[str, float]:
 
 
 def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePool | None) -> LaunchedServers:
-    """Starts the vLLM servers (or names the user's) with verl_like's server flags; does not wait for them."""
+    """Starts the servers (or names the user's) with the flags the rollout backend's ServerBackend makes of the
+    config (rollout/server_backend.py); does not wait for them."""
     from verl_like.engine.model_loading import load_hf_config, resolved_overrides
-    from verl_like.serve import vllm_server_args
+    from verl_like.rollout.backends import server_backend
 
     rollout, model, trainer = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model, config.trainer
     overrides = {}
@@ -136,11 +137,15 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
                                    override_config=dict(model.override_config))
         overrides = resolved_overrides(hf_config, dict(model.override_config))
     device = resolve_device(trainer.device)
-    args = vllm_server_args(rollout, overrides, model.trust_remote_code, config.placement.weight_transfer(device))
+    backend = server_backend(rollout.name)
+    adapter_rank = adapter_window = 0
     if serves_adapters(config):
-        from verl_like.rollout.server_lora import server_lora_args, window_size
+        from verl_like.rollout.server_lora import window_size
 
-        args += server_lora_args(model.lora_rank, window_size(config.async_training.staleness))
+        adapter_rank, adapter_window = model.lora_rank, window_size(config.async_training.staleness)
+    args = backend.engine_args(rollout, hf_overrides=overrides, trust_remote_code=model.trust_remote_code,
+                               weight_transfer=config.placement.weight_transfer(device), adapter_rank=adapter_rank,
+                               adapter_window=adapter_window)
     return launch_servers(
         config, model_path, args, device, trainer.cpus_per_worker, trainer.timeouts.worker_start_timeout_s,
         log_dir=str(Path(trainer.default_local_dir) / "server_logs"), trainer_pool=trainer_pool,

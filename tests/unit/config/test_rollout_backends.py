@@ -113,6 +113,14 @@ def test_a_users_backend_is_one_more_entry(mine):
     check_rollout_package("mine", "cpu")  # json is there
 
 
+def test_the_vllm_entry_resolves_to_the_vllm_server_backend():
+    from verl_like.rollout.backends import resolve, server_backend
+    from verl_like.rollout.vllm_server import VLLM_SERVER
+
+    assert server_backend("vllm") is VLLM_SERVER
+    assert resolve("verl_like.rollout.hf:build_hf_engine").__name__ == "build_hf_engine"
+
+
 def test_verls_sglang_is_refused_until_someone_registers_it():
     with pytest.raises(ConfigError, match="rollout.name=sglang is not supported"):
         translate_overrides(["actor_rollout_ref.rollout.name=sglang"])
