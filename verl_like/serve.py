@@ -32,7 +32,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from verl_like.utils.env import default_env
 
