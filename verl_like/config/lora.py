@@ -39,6 +39,12 @@ def check_lora(config: PPOConfig) -> None:
             f"{_M}.lora_rank={model.lora_rank} exceeds {backend.label}'s largest max_lora_rank "
             f"{backend.max_lora_rank}; lower it, or serve merged weights with {_M}.lora.merge=true"
         )
+    if config.placement.uses_servers and not model.lora.merge and not backend.server_adapters:
+        raise ConfigError(
+            f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server: {backend.label}'s servers "
+            f"take no adapters over HTTP (config/rollout_backends.py); serve the merged policy with "
+            f"{_M}.lora.merge=true, or use rollout.mode=colocate"
+        )
     if config.placement.uses_servers and not model.lora.merge and config.trainer.device == "cuda":
         raise ConfigError(
             f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server on CUDA: adapter-only sync "

@@ -46,7 +46,9 @@ class RolloutBackend:
     slice_loading: its engine loads TP slices in place (rollout.weight_sync_mode=sliced; else full tensors).
     max_tp_size: the largest rollout.tensor_model_parallel_size it runs (None: any).
     images: it passes image prompts to the model (docs/vision.md). max_lora_rank: the largest adapter rank it serves
-      (None: any, or no adapters at all: then the LoRA policy's merged weights).
+      (None: any, or no adapters at all: then the LoRA policy's merged weights). server_adapters: its servers take
+      LoRA adapters over HTTP (our `/verl_like/adapter` route, rollout/server_lora.py); else a LoRA policy in server
+      mode must be served merged.
     """
 
     name: str
@@ -60,6 +62,7 @@ class RolloutBackend:
     max_tp_size: int | None = None
     images: bool = False
     max_lora_rank: int | None = None
+    server_adapters: bool = False
 
     @property
     def supports_servers(self) -> bool:
@@ -124,6 +127,7 @@ register_rollout_backend(RolloutBackend(
     slice_loading=True,
     images=True,
     max_lora_rank=512,  # vLLM's max_lora_rank choices end there (rollout/vllm_lora.py)
+    server_adapters=True,
 ))
 register_rollout_backend(RolloutBackend(
     name="hf",

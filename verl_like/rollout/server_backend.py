@@ -5,7 +5,7 @@ implementation; a rollout backend's registry entry names its instance, config/ro
 - launch: the argv a server actor runs (`launch_command`) and the engine flags the rollout node becomes
   (`engine_args`);
 - generation: the request for one prompt's samples (`generate_request`, token ids in) and the samples read from the
-  answer (`parse_samples`, token ids and sampled log-probs out);
+  answer (`parse_samples`, token ids and sampled log-probs out); the sync check's scoring of a probe;
 - pause / resume around a weight update;
 - the weight-update protocol: open the transfer group, start an update, one request per bucket, finish with the
   policy version, and the info each link (gloo, ipc) puts in those requests.
@@ -87,6 +87,16 @@ class ServerBackend(abc.ABC):
     @abc.abstractmethod
     def parse_samples(self, answer: Any, *, lean: bool) -> list[Completion]:
         """The samples of a `generate_request`'s answer, in sample order (ValueError when it is malformed)."""
+
+    @abc.abstractmethod
+    def score_request(self, token_ids: Sequence[int], model: str) -> ServerRequest:
+        """The request for the served model's log-probs (temperature 1) of `token_ids`' own tokens (the sync
+        check's probe, rollout/sync_check.py)."""
+
+    @abc.abstractmethod
+    def prompt_log_probs(self, answer: Any, token_ids: Sequence[int], start: int) -> list[float]:
+        """The log-probs of tokens start.. of `token_ids` in a `score_request`'s answer (ValueError when it has
+        none)."""
 
     @abc.abstractmethod
     def lean_probe_request(self) -> ServerRequest:

@@ -111,6 +111,19 @@ class VLLMServerBackend(ServerBackend):
     def parse_samples(self, answer: Any, *, lean: bool) -> list[Completion]:
         return lean_completions(answer) if lean else openai_completions(answer)
 
+    def score_request(self, token_ids: Sequence[int], model: str) -> ServerRequest:
+        # prompt_logprobs=0: each position's entries hold the prompt's own token.
+        return ServerRequest("POST", "/v1/completions", json={
+            "model": model, "prompt": list(token_ids), "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0,
+            "skip_special_tokens": False})
+
+    def prompt_log_probs(self, answer: Any, token_ids: Sequence[int], start: int) -> list[float]:
+        entries = answer["choices"][0]["prompt_logprobs"]
+        if entries is None or len(entries) != len(token_ids):
+            raise ValueError(f"no prompt log-probs for the {len(token_ids)}-token probe")
+        return [float(entries[position][str(token_ids[position])]["logprob"])
+                for position in range(start, len(token_ids))]
+
     def lean_probe_request(self) -> ServerRequest:
         return ServerRequest("GET", GENERATE_ROUTE)
 

@@ -306,9 +306,9 @@ def launch_servers(
     """Starts the servers `config` (the PPOConfig) asks for without waiting for them (`LaunchedServers`), so that
     the trainer's workers can start meanwhile; with rollout.server.address, only names the user's servers.
 
-    Started servers run under `VLLMServerActor` actors (each launching the command of rollout.name's ServerBackend), one per `tensor_model_parallel_size` devices; all are
-    launched at once, then (in `wait_ready`) each must answer /health within server.start_timeout_s (an error
-    names it and shows its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles,
+    Started servers run under `VLLMServerActor` actors (each launching the command of rollout.name's ServerBackend),
+    one per `tensor_model_parallel_size` devices; all are launched at once, then (in `wait_ready`) each must answer
+    /health within server.start_timeout_s (an error names it and shows its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles,
     one each, instead of a pool of their own (config/placement.py); no pool is then returned (the
     trainer's owns it).
     """

@@ -126,6 +126,19 @@ def test_verls_sglang_is_refused_until_someone_registers_it():
         translate_overrides(["actor_rollout_ref.rollout.name=sglang"])
     register_rollout_backend(RolloutBackend("sglang", "SGLang", builder="x:y", options="x:z"))
     try:
-        assert "actor_rollout_ref.rollout.name=sglang" in translate_overrides(["actor_rollout_ref.rollout.name=sglang"])[0]
+        key = "actor_rollout_ref.rollout.name=sglang"
+        assert key in translate_overrides([key])[0]
     finally:
         del ROLLOUT_BACKENDS["sglang"]
+
+
+def test_servers_without_adapter_routes_serve_a_lora_policy_merged():
+    register_rollout_backend(RolloutBackend("plain", "Plain", builder="x:y", options="x:z", server="x:s"))
+    try:
+        lora = ["actor_rollout_ref.rollout.mode=server", "actor_rollout_ref.model.lora_rank=8",
+                "actor_rollout_ref.rollout.name=plain", "trainer.device=cpu"]
+        with pytest.raises(ConfigError, match="Plain.s servers take no adapters over HTTP"):
+            load_config(lora)
+        load_config([*lora, "actor_rollout_ref.model.lora.merge=true"])
+    finally:
+        del ROLLOUT_BACKENDS["plain"]

@@ -121,3 +121,12 @@ def test_a_completion_whose_log_probs_do_not_match_its_tokens_fails_naming_the_s
     client._local.client = httpx.Client(base_url=client.address, transport=httpx.MockTransport(server))
     with pytest.raises(ServerError, match=r"server 3 \(http://plain:1\): 1 log-probs for 2 tokens"):
         client.complete([5], PARAMS)
+
+
+def test_the_sync_checks_scoring_request_reads_the_prompts_own_tokens():
+    request = VLLM_SERVER.score_request([3, 4, 5], "tiny")
+    assert request.route == "/v1/completions" and request.json["prompt_logprobs"] == 0
+    answer = {"choices": [{"prompt_logprobs": [None, {"4": {"logprob": -0.25}}, {"5": {"logprob": -2.0}}]}]}
+    assert VLLM_SERVER.prompt_log_probs(answer, [3, 4, 5], 1) == [-0.25, -2.0]
+    with pytest.raises(ValueError, match="no prompt log-probs for the 3-token probe"):
+        VLLM_SERVER.prompt_log_probs({"choices": [{"prompt_logprobs": None}]}, [3, 4, 5], 1)
