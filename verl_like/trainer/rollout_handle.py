@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -39,6 +39,26 @@ def synced_version(metrics: list[dict[str, float]], current: int) -> int:
     text hook keeps its own weights syncs nothing)."""
     versions = [m["weight_sync/version"] for m in metrics if m and "weight_sync/version" in m]
     return int(max(versions)) if versions else current
+
+
+class RolloutHandle(Protocol):
+    """What the loop generates with and syncs into, whatever the placement (module doc): `ColocatedRollout` or
+    `ServerRolloutHandle`. weight_version: the policy version the rollout holds. restarts: server restarts so far."""
+
+    weight_version: int
+
+    @property
+    def restarts(self) -> int: ...
+
+    def generate(self, prompts: DataProto) -> DataProto: ...
+
+    def sync_weights(self) -> list[dict[str, float]]: ...
+
+    def load_checkpoint(self, directory: str, weight_version: int) -> None: ...
+
+    def recover(self, error: BaseException, restarts_at_launch: int) -> int | None: ...
+
+    def close(self) -> None: ...
 
 
 class ColocatedRollout:

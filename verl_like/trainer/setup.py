@@ -18,7 +18,13 @@ from verl_like.shapes.decoder import DecoderShape
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
-from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, ServerRolloutHandle, launch_servers
+from verl_like.trainer.rollout_handle import (
+    ColocatedRollout,
+    LaunchedServers,
+    RolloutHandle,
+    ServerRolloutHandle,
+    launch_servers,
+)
 from verl_like.utils.device import resolve_device
 from verl_like.utils.progress import phase
 
@@ -80,7 +86,7 @@ class TrainerComponents:
     """
 
     actor_rollout: RoleHandle
-    rollout: Any  # trainer.rollout_handle: ColocatedRollout or ServerRolloutHandle
+    rollout: RolloutHandle  # ColocatedRollout or ServerRolloutHandle (trainer/rollout_handle.py)
     critic: RoleHandle | None
     reward_manager: Any
     train_loader: Any
