@@ -65,7 +65,7 @@ def start_server(model_dir: Path, args: argparse.Namespace, device: str, log_pat
     """One `python -m verl_like.serve` process on dummy weights, healthy; returns it and its address."""
     from verl_like.utils.gloo import free_port
     from verl_like.rollout.server_client import ServerClient
-    from verl_like.workers.rollout_server import die_with_parent
+    from verl_like.workers.vllm_server_actor import die_with_parent
 
     port = free_port()
     command = [sys.executable, "-m", "verl_like.serve", str(model_dir), "--port", str(port), "--device", device,

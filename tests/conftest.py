@@ -93,7 +93,7 @@ def running_server(model_path: str, log_dir, extra_args: list[str], env: dict[st
 
     from verl_like.utils.gloo import free_port
     from verl_like.rollout.server_client import ServerClient
-    from verl_like.workers.rollout_server import die_with_parent
+    from verl_like.workers.vllm_server_actor import die_with_parent
 
     port = free_port()
     log_path = log_dir / "server.log"

@@ -20,7 +20,9 @@ crashes seeded requests whose prefill was split; `cpu_batch_budget`).
 The weight endpoints have no authentication in vLLM: the server binds 127.0.0.1 unless `--host` says otherwise.
 Expose it only on a private network you trust (docs/architecture.md, "Server mode").
 Use it from a run with
-`actor_rollout_ref.rollout.mode=server actor_rollout_ref.rollout.server.address=[http://HOST:PORT]`.
+`actor_rollout_ref.rollout.mode=server actor_rollout_ref.rollout.server.address=[http://HOST:PORT]`. The trainer's side
+of this server (the command its actor runs, the flags a rollout node becomes, every request) is
+`verl_like.rollout.vllm_server.VLLMServerBackend`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from verl_like.utils.env import default_env
 
@@ -123,34 +124,6 @@ def cpu_batch_budget(args: Sequence[str]) -> list[str]:
 
     seqs = int(_flag(args, "--max-num-seqs") or 256)
     return ["--max-num-batched-tokens", str(no_split_token_budget(seqs, int(model_len)))]
-
-
-def vllm_server_args(
-    rollout: Any, hf_overrides: dict[str, Any] | None = None, trust_remote_code: bool = False,
-    weight_transfer: str = "gloo",
-) -> list[str]:
-    """Flags that build the engine an `actor_rollout_ref.rollout` node describes (server mode) with the resolved
-    `weight_transfer` engine ("gloo" or "ipc"), then its server.extra_args."""
-    args = [
-        "--dtype", rollout.dtype,
-        "--max-model-len", str(rollout.engine_max_model_len),
-        "--gpu-memory-utilization", str(rollout.gpu_memory_utilization),
-        "--max-num-seqs", str(rollout.max_num_seqs),
-        *(["--max-num-batched-tokens", str(rollout.max_num_batched_tokens)]
-          if rollout.max_num_batched_tokens is not None else []),
-        "--seed", str(rollout.seed),
-        "--load-format", rollout.load_format,
-        "--enable-prefix-caching" if rollout.enable_prefix_caching else "--no-enable-prefix-caching",
-    ]
-    if rollout.enforce_eager:
-        args.append("--enforce-eager")
-    if hf_overrides:
-        args += ["--hf-overrides", json.dumps(hf_overrides)]
-    if trust_remote_code:
-        args.append("--trust-remote-code")
-    if weight_transfer != "gloo":
-        args += ["--weight-transfer", weight_transfer]
-    return args + list(rollout.server.extra_args)
 
 
 def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str = "gloo") -> dict[str, str]:

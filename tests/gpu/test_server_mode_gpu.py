@@ -25,10 +25,10 @@ from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402
 from verl_like.config.loader import load_config  # noqa: E402
 from verl_like.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
-from verl_like.rollout.servers import ServerRollout  # noqa: E402
-from verl_like.serve import vllm_server_args  # noqa: E402
+from verl_like.rollout.servers import ServerGenerator  # noqa: E402
+from verl_like.rollout.vllm_server import VLLM_SERVER  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
-from verl_like.trainer.rollout_handle import ServerModeRollout, start_servers  # noqa: E402
+from verl_like.trainer.rollout_handle import ServerRolloutHandle, start_servers  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -82,12 +82,12 @@ def shared(request, ray_cluster, tmp_path_factory):
     handle = None
     try:
         group.init_model()  # before the server: vLLM sizes its KV cache while nothing else allocates
-        clients, supervisors, owned = start_servers(config, model_dir, vllm_server_args(rollout,
+        clients, supervisors, owned = start_servers(config, model_dir, VLLM_SERVER.engine_args(rollout,
                                                     weight_transfer=weight_transfer), "cuda", 1.0, 600.0,
                                                     trainer_pool=pool)
         assert owned is None  # the servers took no pool of their own
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        handle = ServerModeRollout(rollout, group, ServerRollout(clients, tokenizer.pad_token_id), supervisors)
+        handle = ServerRolloutHandle(rollout, group, ServerGenerator(clients, tokenizer.pad_token_id), supervisors)
         connect = group.connect_rollout_servers([client.address for client in clients], None, weight_transfer)
         yield dict(group=group, handle=handle, prompts=prompt_batch(tokenizer, PROMPTS), connect=connect, pool=pool,
                    weight_transfer=weight_transfer)
@@ -99,7 +99,7 @@ def shared(request, ray_cluster, tmp_path_factory):
         pool.remove()
 
 
-def gap(handle: ServerModeRollout, group, prompts: DataProto, seed: int) -> float:
+def gap(handle: ServerRolloutHandle, group, prompts: DataProto, seed: int) -> float:
     """Mean |server log-prob - actor log-prob| over the response tokens of one seeded rollout."""
     batch = handle.generate(DataProto(prompts.batch, prompts.non_tensor_batch, {"seed": seed}))
     scored = group.compute_log_prob(batch)
@@ -110,12 +110,12 @@ def gap(handle: ServerModeRollout, group, prompts: DataProto, seed: int) -> floa
     return float(diff.mean())
 
 
-def server_sums(handle: ServerModeRollout) -> dict[str, float]:
+def server_sums(handle: ServerRolloutHandle) -> dict[str, float]:
     answer = handle.servers.clients[0].request("POST", "/collective_rpc", json={"method": "verl_like_weight_sums"})
     return answer["results"][0]
 
 
-def assert_server_weights_are_the_actors(handle: ServerModeRollout, group) -> None:
+def assert_server_weights_are_the_actors(handle: ServerRolloutHandle, group) -> None:
     server, actor = server_sums(handle), group.weight_sums()[0]
     # vLLM pads the vocabulary rows of the embedding (and an untied head) to a multiple of 64 on GPUs and fills
     # the padding with zeros: more elements, the same sums (seen on the H200: 1,214,720 vs 1,209,600).

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from verl_like.config.loader import load_config
-from verl_like.serve import server_command, server_env, vllm_server_args
+from verl_like.rollout.vllm_server import VLLM_SERVER
+from verl_like.serve import server_command, server_env
 
 
 def test_the_command_carries_the_weight_transfer_engine_and_processed_log_probs():
@@ -42,7 +43,7 @@ def test_the_rollout_node_becomes_vllm_flags():
     config = load_config(["actor_rollout_ref.rollout.mode=server",
                           "actor_rollout_ref.rollout.server.extra_args=[--max-num-batched-tokens,4096]"])
     rollout = config.actor_rollout_ref.rollout
-    args = vllm_server_args(rollout, {"rope_theta": 5.0}, trust_remote_code=True)
+    args = VLLM_SERVER.engine_args(rollout, hf_overrides={"rope_theta": 5.0}, trust_remote_code=True)
     assert args[args.index("--max-model-len") + 1] == str(rollout.engine_max_model_len)
     assert args[args.index("--dtype") + 1] == rollout.dtype and "--trust-remote-code" in args
     assert json.loads(args[args.index("--hf-overrides") + 1]) == {"rope_theta": 5.0}
@@ -54,7 +55,7 @@ def test_verls_max_num_batched_tokens_reaches_the_engine_and_the_servers():
     from verl_like.rollout.vllm import build_llm_kwargs
 
     rollout = load_config(["actor_rollout_ref.rollout.max_num_batched_tokens=10240"]).actor_rollout_ref.rollout
-    args = vllm_server_args(rollout)
+    args = VLLM_SERVER.engine_args(rollout)
     assert args[args.index("--max-num-batched-tokens") + 1] == "10240"
     options = vllm_engine_options(rollout)
     assert options.max_num_batched_tokens == 10240
@@ -82,8 +83,8 @@ def test_an_ipc_server_runs_vllms_ipc_engine_and_may_unpickle_the_handles(monkey
 
 def test_the_resolved_weight_transfer_reaches_the_started_servers_flags():
     rollout = load_config(["actor_rollout_ref.rollout.mode=server"]).actor_rollout_ref.rollout
-    assert "--weight-transfer" not in vllm_server_args(rollout)
-    args = vllm_server_args(rollout, weight_transfer="ipc")
+    assert "--weight-transfer" not in VLLM_SERVER.engine_args(rollout)
+    args = VLLM_SERVER.engine_args(rollout, weight_transfer="ipc")
     assert args[args.index("--weight-transfer") + 1] == "ipc"
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from verl_like.config.errors import ConfigError
+from verl_like.config.rollout_backends import rollout_backend
 
 if TYPE_CHECKING:
     from verl_like.config.ppo import PPOConfig
 
 _M = "actor_rollout_ref.model"
-VLLM_LARGEST_LORA_RANK = 512  # vLLM's max_lora_rank choices end there (rollout/vllm_lora.py)
 
 
 def check_lora(config: PPOConfig) -> None:
@@ -33,10 +33,17 @@ def check_lora(config: PPOConfig) -> None:
             "Megatron-Bridge, which is not a dependency here). Use actor_rollout_ref.actor.strategy=fsdp2, or "
             f"{_M}.lora_rank=0"
         )
-    if not model.lora.merge and arr.rollout.name == "vllm" and model.lora_rank > VLLM_LARGEST_LORA_RANK:
+    backend = rollout_backend(arr.rollout.name)
+    if not model.lora.merge and backend.max_lora_rank is not None and model.lora_rank > backend.max_lora_rank:
         raise ConfigError(
-            f"{_M}.lora_rank={model.lora_rank} exceeds vLLM's largest max_lora_rank {VLLM_LARGEST_LORA_RANK}; lower "
-            f"it, or serve merged weights with {_M}.lora.merge=true"
+            f"{_M}.lora_rank={model.lora_rank} exceeds {backend.label}'s largest max_lora_rank "
+            f"{backend.max_lora_rank}; lower it, or serve merged weights with {_M}.lora.merge=true"
+        )
+    if config.placement.uses_servers and not model.lora.merge and not backend.server_adapters:
+        raise ConfigError(
+            f"{_M}.lora_rank={model.lora_rank} with actor_rollout_ref.rollout.mode=server: {backend.label}'s servers "
+            f"take no adapters over HTTP (config/rollout_backends.py); serve the merged policy with "
+            f"{_M}.lora.merge=true, or use rollout.mode=colocate"
         )
     if config.placement.uses_servers and not model.lora.merge and config.async_training.partial_rollout:
         raise ConfigError(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl_like.config.errors import ConfigError
+from verl_like.config.rollout_backends import ROLLOUT_BACKENDS, rollout_backend
 
 _P = "actor_rollout_ref.rollout"
 
-ROLLOUT_NAMES = ("vllm", "hf")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
 WEIGHT_SYNC_MODES = ("sliced", "full")
@@ -229,8 +229,9 @@ class RolloutConfig:
       server: RolloutServerConfig (server mode only).
 
     Engine
-      name: "vllm" (in-process vLLM engine in every worker) or "hf" (HF `generate`, the fallback for models vLLM
-        lacks; TP 1 only).
+      name: the rollout backend (config/rollout_backends.py): "vllm" (in-process vLLM engine in every worker, or
+        vLLM servers) or "hf" (HF `generate`, the fallback for models vLLM lacks; TP 1 only, colocated only), or a
+        backend a user registered.
       tensor_model_parallel_size: vLLM TP size; must divide the worker group's world size (rollout DP size is
         world / TP, and TP groups are consecutive ranks).
       dtype: vLLM weight/activation dtype: "auto" (the checkpoint's), "float32", "bfloat16" or "float16".
@@ -325,16 +326,20 @@ class RolloutConfig:
             raise ConfigError(
                 f"{_P}.mode={self.mode!r} is not one of {ROLLOUT_MODES} (verl's sync/async are accepted too)"
             )
-        if self.mode == "server" and self.name != "vllm":
-            raise ConfigError(f"{_P}.mode=server serves vLLM; set {_P}.name=vllm (got {self.name!r})")
-        if self.name not in ROLLOUT_NAMES:
-            raise ConfigError(f"{_P}.name={self.name!r} is not one of {ROLLOUT_NAMES}")
+        backend = rollout_backend(self.name)  # config/rollout_backends.py: what the backend supports
+        if self.mode == "server" and not backend.supports_servers:
+            with_servers = sorted(name for name, entry in ROLLOUT_BACKENDS.items() if entry.supports_servers)
+            raise ConfigError(f"{_P}.mode=server needs a backend with servers, and {_P}.name={self.name!r} "
+                              f"({backend.label}) has none; set {_P}.name={' or '.join(with_servers)}")
         if self.tensor_model_parallel_size < 1:
             raise ConfigError(f"{_P}.tensor_model_parallel_size={self.tensor_model_parallel_size} must be >= 1")
-        if self.name == "hf" and self.tensor_model_parallel_size != 1:
+        if backend.max_tp_size is not None and self.tensor_model_parallel_size > backend.max_tp_size:
+            limit = ("runs without tensor parallelism" if backend.max_tp_size == 1
+                     else f"runs at most tensor-parallel {backend.max_tp_size}")
             raise ConfigError(
-                f"{_P}.name='hf' runs without tensor parallelism; set {_P}.tensor_model_parallel_size=1 "
-                f"(got {self.tensor_model_parallel_size}) or use {_P}.name='vllm'"
+                f"{_P}.name={self.name!r} {limit}; set {_P}.tensor_model_parallel_size={backend.max_tp_size} "
+                f"(got {self.tensor_model_parallel_size}) or use {_P}.name="
+                + " or ".join(repr(n) for n, entry in sorted(ROLLOUT_BACKENDS.items()) if entry.max_tp_size is None)
             )
         if self.dtype not in ROLLOUT_DTYPES:
             raise ConfigError(f"{_P}.dtype={self.dtype!r} is not one of {ROLLOUT_DTYPES}")

@@ -21,6 +21,7 @@ from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_cr
 from verl_like.config.errors import ConfigError
 from verl_like.config.lora import check_lora
 from verl_like.config.placement import check_server_placement, check_weight_transfer
+from verl_like.config.rollout_backends import check_rollout_package
 from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.tokenizer_check import check_same_tokenizer
 from verl_like.config.online_dpo import check_online_dpo
@@ -35,7 +36,8 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
     are several); returns the warnings (also logged).
 
     check_paths: also require the model, tokenizer, data, reward-function and resume paths to exist (and the
-    model's max_position_embeddings to be read from its config.json). Pass False to check a config for another
+    model's max_position_embeddings to be read from its config.json), and the rollout backend's package to be
+    installed. Pass False to check a config for another
     machine (CI checks the GPU presets this way).
     """
     checks: list[Callable[[], object]] = [
@@ -57,6 +59,9 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
         lambda: check_agent_loops(config, check_paths),
         lambda: config.derived,  # computes the per-rank sizes, raising if they do not divide
         *([lambda: _check_paths(config)] if check_paths else []),
+        # This machine's packages, found and not imported (config/rollout_backends.py), before Ray starts.
+        *([lambda: check_rollout_package(config.actor_rollout_ref.rollout.name, config.trainer.device)]
+          if check_paths else []),
         lambda: _check_model_overrides(config, check_paths),
         lambda: _check_megatron_model_split(config, check_paths),
         lambda: _check_model_context(config, check_paths),

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_like.config.errors import ConfigError
+from verl_like.config.rollout_backends import NAME_KEY, ROLLOUT_BACKENDS
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +209,8 @@ def _translate_one(prefix: str, key: str, value: str, out: list[str], notes: lis
         notes.append(f"{key}={value}: verl's name; read as {key}={new_value}")
     elif key in verl_keys.REFUSED_VALUES:
         refused, reason, instead = verl_keys.REFUSED_VALUES[key]
-        if value in refused:
+        # A backend someone registered (config/rollout_backends.py) is no longer refused.
+        if value in refused and not (key == NAME_KEY and value in ROLLOUT_BACKENDS):
             raise ConfigError(f"{key}={value} is not supported: {reason}; {instead}")
         out.append(f"{prefix}{key}={value}")
     elif (new_key := verl_keys.renamed(key)) is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from verl_like.config.derived import uses_critic
 from verl_like.config.errors import ConfigError
+from verl_like.config.rollout_backends import ROLLOUT_BACKENDS, rollout_backend
 
 _A = "actor_rollout_ref"
 
@@ -26,8 +27,9 @@ def check_vision_options(config: Any) -> None:
          f"{_A}.model.lora_rank={config.actor_rollout_ref.model.lora_rank} with rollout.mode=server: adapter-only "
          "sync into servers is not tested with image prompts yet; set actor_rollout_ref.model.lora.merge=true or "
          "rollout.mode=colocate"),
-        (rollout.name != "vllm", f"{_A}.rollout.name={rollout.name!r}: only the vLLM rollout passes images to the "
-         "model; set it to vllm"),
+        (not rollout_backend(rollout.name).images, f"{_A}.rollout.name={rollout.name!r}: its backend does not pass "
+         "images to the model; set it to one that does: "
+         + ", ".join(name for name, entry in sorted(ROLLOUT_BACKENDS.items()) if entry.images)),
         (config.actor_rollout_ref.model.use_remove_padding or actor.use_remove_padding,
          f"{_A}.model.use_remove_padding=true packs rows, which image prompts do not support yet (the models match "
          "image features to padded rows, and Qwen2-VL's packed M-RoPE positions would need their own text row, "

@@ -1,18 +1,21 @@
-"""What the `actor_rollout_ref.rollout` node becomes on the rollout side: sampling settings and vLLM's options.
+"""What the `actor_rollout_ref.rollout` node becomes on the rollout side: sampling settings and engine options.
 
     sampling = sampling_config(rollout, validate=False)            # SamplingConfig of a training rollout
     options = vllm_engine_options(rollout, trust_remote_code=True)  # VLLMEngineOptions of the in-process engine
+    options = vllm_options(build) / hf_options(build)               # the registry entries' options (backends.py)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from verl_like.config.rollout import RolloutConfig
 from verl_like.rollout.base import SamplingConfig
 
 if TYPE_CHECKING:
+    from verl_like.rollout.backends import EngineBuild
     from verl_like.rollout.vllm import VLLMEngineOptions
 
 
@@ -61,3 +64,27 @@ def vllm_engine_options(
         trust_remote_code=trust_remote_code,
         max_lora_rank=lora_rank,
     )
+
+
+def vllm_options(build: EngineBuild) -> VLLMEngineOptions:
+    """The "vllm" entry's options: `vllm_engine_options` with the model node's overrides resolved against the
+    policy's HF config (vLLM replaces a dict-valued field whole)."""
+    from verl_like.engine.model_loading import resolved_overrides
+
+    overrides = resolved_overrides(build.hf_config, build.override_config) if build.override_config else {}
+    return vllm_engine_options(build.rollout, hf_overrides=overrides, trust_remote_code=build.trust_remote_code,
+                               lora_rank=build.lora_rank)
+
+
+@dataclass(frozen=True)
+class HFEngineOptions:
+    """The "hf" entry's options: rollout.dtype ("auto": the checkpoint's), the policy's HF config (overrides
+    applied) and actor_rollout_ref.model.trust_remote_code."""
+
+    dtype: str
+    hf_config: Any
+    trust_remote_code: bool = False
+
+
+def hf_options(build: EngineBuild) -> HFEngineOptions:
+    return HFEngineOptions(build.rollout.dtype, build.hf_config, build.trust_remote_code)

@@ -150,3 +150,14 @@ class HFRolloutEngine(RolloutEngine):
     @property
     def tp_size(self) -> int:
         return 1
+
+
+def build_hf_engine(model_path: str, options: Any) -> HFRolloutEngine:
+    """The "hf" entry's builder (config/rollout_backends.py): the policy loaded with `options`
+    (rollout/from_config.py:HFEngineOptions) on this process's device."""
+    from verl_like.utils.device import get_torch_device
+
+    dtype = "auto" if options.dtype == "auto" else getattr(torch, options.dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_path, config=options.hf_config, dtype=dtype,
+                                                 trust_remote_code=options.trust_remote_code)
+    return HFRolloutEngine(model.to(get_torch_device()))

@@ -1,7 +1,9 @@
-"""HTTP client of one vLLM server: health, generation (token ids in and out), pause/resume, weight transfer.
+"""HTTP client of one rollout server: health, generation (token ids in and out), pause/resume, weight transfer.
 
 Every call has a timeout and checks the status; a failure raises `ServerError` naming the server and the route.
-Request shapes that differ between vLLM releases come from `vllm_compat` (this module imports no vLLM).
+What each call sends and how its answer reads is the server's `ServerBackend` (server_backend.py; vLLM's by
+default, rollout/vllm_server.py, whose request shapes per vLLM release come from `vllm_compat`); this module sends
+and imports no vLLM.
 
 Each thread talks through an `httpx.Client` of its own: no connection is ever shared between threads. One client
 shared by the rollout's thread pool hung a run and then failed with `ReadError: [Errno 9] Bad file descriptor`
@@ -19,18 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from verl_like.rollout.server_generate import ROUTE as GENERATE_ROUTE
-from verl_like.rollout.server_generate import decode_array
+from verl_like.rollout.server_backend import Completion, ServerBackend, ServerRequest
 
 logger = logging.getLogger(__name__)
-# vLLM's refusal of start_weight_update while an earlier update is open (the worker's message, every release we
-# support).
-ABANDONED_UPDATE = "weight update is already active"
 # httpx logs every request at INFO: thousands of lines per rollout.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -56,38 +53,17 @@ class ServerError(RuntimeError):
         self.timed_out = timed_out
 
 
-@dataclass(frozen=True)
-class Completion:
-    """One sample of a completion request: its token ids and their log-probs (after sampling processors);
-    `weight_versions`: the `(version, start, end)` runs of tokens each weight version sampled, where the server
-    says (our route on vLLM releases that label them), else None. `prompt_token_ids`: the prompt as the server
-    expanded its image placeholders (image requests only: rollout/server_vision.py), else None."""
-
-    token_ids: list[int]
-    log_probs: list[float]
-    finish_reason: str | None
-    weight_versions: list[tuple[str, int, int]] | None = None
-    prompt_token_ids: list[int] | None = None
-
-
-def _spans(spans: Any) -> list[tuple[str, int, int]] | None:
-    return [(str(v), int(start), int(end)) for v, start, end in spans] if spans else None
-
-
-def completions(answer: dict[str, Any]) -> list[Completion]:
-    """The samples of a lean route's answer (`{"samples": [...]}`, server_generate.encode_output)."""
-    return [
-        Completion(decode_array(sample["token_ids"], "<i4").tolist(),
-                   decode_array(sample["log_probs"], "<f4").tolist(), sample["finish_reason"],
-                   _spans(sample.get("weight_versions")))
-        for sample in answer["samples"]
-    ]
-
-
 class ServerClient:
-    """Talks to the vLLM server at `address` ("http://host:port"); `name` labels it in errors ("server 0")."""
+    """Talks to the server at `address` ("http://host:port"); `name` labels it in errors ("server 0"); `backend`:
+    its protocol (default vLLM's, rollout/vllm_server.py)."""
 
-    def __init__(self, address: str, name: str, timeout_s: float = 600.0, connect_timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, name: str, timeout_s: float = 600.0, connect_timeout_s: float = 10.0,
+                 backend: ServerBackend | None = None) -> None:
+        if backend is None:
+            from verl_like.rollout.vllm_server import VLLM_SERVER
+
+            backend = VLLM_SERVER
+        self.backend = backend
         self.address = address.rstrip("/")
         self.name = name
         self.timeout_s = timeout_s
@@ -153,6 +129,11 @@ class ServerClient:
         except ValueError:
             return response.text
 
+    def send(self, request: ServerRequest, timeout_s: float | None = None, resend_stale: bool = False) -> Any:
+        """`request` (built by the backend) through `request(...)`: its JSON answer."""
+        return self.request(request.method, request.route, timeout_s=timeout_s, resend_stale=resend_stale,
+                            **request.send_kwargs())
+
     def healthy(self, timeout_s: float = 5.0) -> bool:
         """True when GET /health answers 200 within `timeout_s`."""
         try:
@@ -178,16 +159,16 @@ class ServerClient:
     def model(self) -> str:
         """The served model name (what completion requests must name)."""
         if self._model is None:
-            self._model = self.request("GET", "/v1/models")["data"][0]["id"]
+            self._model = self.backend.served_model(self.send(self.backend.models_request()))
         return self._model
 
     def version(self) -> str:
-        """The server's vLLM version ("0.25.1"): which request shapes its weight-transfer engine takes."""
-        return str(self.request("GET", "/version")["version"])
+        """The server's version ("0.25.1" for vLLM): which request shapes its weight-transfer engine takes."""
+        return self.backend.server_version(self.send(self.backend.version_request()))
 
     def world_size(self) -> int:
         """The server's TP × PP × DP worker count (its ranks in a weight-transfer group)."""
-        return int(self.request("GET", "/get_world_size")["world_size"])
+        return self.backend.world_size(self.send(self.backend.world_size_request()))
 
     # ----- generation -----
 
@@ -199,82 +180,67 @@ class ServerClient:
 
     def _probe_lean(self, timeout_s: float) -> bool:
         if self._lean is None:
+            probe = self.backend.lean_probe_request()
             try:
-                self.request("GET", GENERATE_ROUTE, timeout_s=timeout_s, resend_stale=True)
+                self.send(probe, timeout_s=timeout_s, resend_stale=True)
                 self._lean = True
             except ServerError as err:
                 if err.status != 404:
                     raise
                 self._lean = False
-                logger.info("%s has no %s route: generating through /v1/completions", self, GENERATE_ROUTE)
+                logger.info("%s has no %s route: generating through its standard completions", self, probe.route)
         return self._lean
 
     def complete(self, prompt_ids: list[int], params: dict[str, Any], timeout_s: float | None = None
                  ) -> list[Completion]:
         """The `params["n"]` samples of one prompt, in sample order (token ids in, token ids out); `timeout_s`
         (default: the client's) bounds each read of the answer."""
-        if self._probe_lean(min(10.0, timeout_s or self.timeout_s)):
-            body = {"prompt_token_ids": prompt_ids, "params": params}
-            if self.lora_name is not None:
-                body["lora_name"] = self.lora_name
-            answer = self.request("POST", GENERATE_ROUTE, json=body, timeout_s=timeout_s, resend_stale=True)
-            return completions(answer)
-        # return_tokens_as_token_ids: the server writes "token_id:N" for each log-prob entry instead of decoding
-        # every generated token once more (we read only token_ids and token_logprobs).
-        body = {"model": self.model, "prompt": prompt_ids, "logprobs": 0, "return_token_ids": True,
-                "return_tokens_as_token_ids": True, "skip_special_tokens": False, **params}
-        answer = self.request("POST", "/v1/completions", json=body, timeout_s=timeout_s, resend_stale=True)
-        choices = sorted(answer["choices"], key=lambda choice: choice["index"])
-        out = []
-        for choice in choices:
-            tokens = [int(token) for token in choice["token_ids"]]
-            log_probs = [float(lp) for lp in choice["logprobs"]["token_logprobs"]]
-            if len(log_probs) != len(tokens):
-                raise ServerError(f"{self}: {len(log_probs)} log-probs for {len(tokens)} tokens in a completion")
-            out.append(Completion(tokens, log_probs, choice.get("finish_reason")))
-        return out
+        lean = self._probe_lean(min(10.0, timeout_s or self.timeout_s))
+        request = self.backend.generate_request(prompt_ids, params, lean=lean, model=None if lean else self.model,
+                                                adapter=self.lora_name)
+        answer = self.send(request, timeout_s=timeout_s, resend_stale=True)
+        try:
+            return self.backend.parse_samples(answer, lean=lean)
+        except ValueError as err:
+            raise ServerError(f"{self}: {err}") from err
 
     def pause(self, mode: str = "abort") -> None:
         """Stops scheduling: "abort" ends in-flight requests, "keep" freezes them until `resume`."""
-        self.request("POST", "/pause", params={"mode": mode})
+        self.send(self.backend.pause_request(mode))
 
     def resume(self) -> None:
-        self.request("POST", "/resume")
-
-    def reset_prefix_cache(self) -> None:
-        self.request("POST", "/reset_prefix_cache")
+        self.send(self.backend.resume_request())
 
     def reset_encoder_cache(self) -> None:
         """Drops the server's cached vision-encoder outputs (keyed by image, not weights; a dev-mode route)."""
-        self.request("POST", "/reset_encoder_cache")
+        self.send(self.backend.reset_encoder_cache_request())
 
-    # ----- weight transfer (vLLM's native API) -----
+    # ----- weight transfer (the backend's protocol; vLLM's native API) -----
 
     def init_weight_transfer(self, init_info: dict[str, Any], timeout_s: float) -> None:
-        self.request("POST", "/init_weight_transfer_engine", json={"init_info": init_info}, timeout_s=timeout_s)
+        self.send(self.backend.init_transfer_request(init_info), timeout_s=timeout_s)
 
     def start_weight_update(self) -> None:
         """Opens a weight update. A server still inside an update that its sender never finished (a trainer that
         died mid-sync) refuses a new one; that update is finished first (every weight is sent again in this one),
         so a restarted trainer can use the same server."""
+        start = self.backend.start_update_request()
         try:
-            self.request("POST", "/start_weight_update")
+            self.send(start)
         except ServerError as err:
-            if err.status is None or ABANDONED_UPDATE not in str(err):
+            if err.status is None or not self.backend.is_abandoned_update(str(err)):
                 raise
             logger.warning("%s: a weight update an earlier sender began was never finished (its trainer died "
                            "mid-sync); finishing it before this one, which sends every weight again", self)
-            self.request("POST", "/finish_weight_update", json={})
-            self.request("POST", "/start_weight_update")
+            self.send(self.backend.finish_update_request(None))
+            self.send(start)
 
     def update_weights(self, update_info: dict[str, Any], timeout_s: float) -> None:
-        self.request("POST", "/update_weights", json={"update_info": update_info}, timeout_s=timeout_s)
+        self.send(self.backend.update_request(update_info), timeout_s=timeout_s)
 
-    def finish_weight_update(self, body: dict[str, Any]) -> None:
-        self.request("POST", "/finish_weight_update", json=body)
-
-    def shutdown_weight_transfer(self) -> None:
-        self.request("POST", "/shutdown_weight_transfer_engine")
+    def finish_weight_update(self, version: int) -> None:
+        """Closes the update; the server labels what it samples from now on with policy `version`."""
+        self.send(self.backend.finish_update_request(version))
 
     def close(self) -> None:
         """Closes every thread's client (call it when no request of this client is in flight)."""

@@ -150,7 +150,7 @@ class ServerImages:
              timeout_s: float | None = None) -> list[Any]:
         """The samples of one image request on `client`; `expected`: the trainer's expanded prompt ids, which
         the server's expansion must equal (ValueError naming `where` when it does not)."""
-        from verl_like.rollout.server_client import completions
+        from verl_like.rollout.vllm_server import lean_completions
         from verl_like.rollout.server_generate import decode_array
 
         if client.address not in self._checked:
@@ -165,7 +165,7 @@ class ServerImages:
                 f"{where}: the server expanded the image prompt to {len(expanded)} tokens but the trainer's "
                 f"input_ids hold {len(expected)}; the processor beside the tokenizer and the server's disagree on "
                 "the image tokens (the trainer would score another sequence than the one sampled)")
-        return [dataclasses.replace(sample, prompt_token_ids=expanded) for sample in completions(answer)]
+        return [dataclasses.replace(sample, prompt_token_ids=expanded) for sample in lean_completions(answer)]
 
     def senders(self, prompts: Any, token_lists: list[list[int]], params: Callable[[int], dict[str, Any]]
                 ) -> list[Callable[[Any, float], list[Any]] | None]:

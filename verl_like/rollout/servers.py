@@ -1,4 +1,4 @@
-"""`ServerRollout`: generation through vLLM servers from the driver, the same batch layout as the in-process engine.
+"""`ServerGenerator`: generation through vLLM servers from the driver, the same batch layout as the in-process engine.
 
 One completion request per prompt (token ids in, token ids and processed log-probs out; nothing is
 re-tokenised), each sent to the server with the fewest requests in flight, so several servers are data parallel;
@@ -37,7 +37,7 @@ class _Request:
         self.started: float | None = None
 
 
-class ServerRollout:
+class ServerGenerator:
     """Generates through `clients` (one per server); `max_concurrent` bounds the requests in flight.
     `pool_options` go to `ServerPool` (request_timeout_s, request_retries, retry_backoff_s, on_unresponsive,
     health_period_s)."""
@@ -45,7 +45,7 @@ class ServerRollout:
     def __init__(self, clients: list[ServerClient], pad_token_id: int, max_concurrent: int = 256,
                  watchdog_slack_s: float = WATCHDOG_SLACK_S, **pool_options: Any) -> None:
         if not clients:
-            raise ValueError("ServerRollout needs at least one server")
+            raise ValueError("ServerGenerator needs at least one server")
         pool_options.setdefault("request_timeout_s", max(client.timeout_s for client in clients))
         self.clients = clients
         self.servers = ServerPool(clients, **pool_options)

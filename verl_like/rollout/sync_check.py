@@ -118,14 +118,13 @@ def check_colocated(train_engine, rollout, limit: float, engine: str, engine_ver
 
 
 def server_probe_log_probs(client, token_ids: list[int], start: int = PROBE_SCORED_FROM) -> list[float]:
-    """A vLLM server's log-probs (temperature 1) of tokens start.. of `token_ids`, from one /v1/completions call
-    with prompt_logprobs=0 (each position's entries hold the prompt's own token)."""
-    body = {"model": client.model, "prompt": list(token_ids), "max_tokens": 1, "temperature": 1.0,
-            "prompt_logprobs": 0, "skip_special_tokens": False}
-    entries = client.request("POST", "/v1/completions", json=body)["choices"][0]["prompt_logprobs"]
-    if entries is None or len(entries) != len(token_ids):
-        raise SyncCheckError(f"sync check: {client} returned no prompt log-probs for the {len(token_ids)}-token probe")
-    return [float(entries[position][str(token_ids[position])]["logprob"]) for position in range(start, len(token_ids))]
+    """A server's log-probs (temperature 1) of tokens start.. of `token_ids`, from one scoring request of its
+    ServerBackend (vLLM's: /v1/completions with prompt_logprobs=0)."""
+    answer = client.send(client.backend.score_request(token_ids, client.model))
+    try:
+        return client.backend.prompt_log_probs(answer, token_ids, start)
+    except ValueError as err:
+        raise SyncCheckError(f"sync check: {client} returned {err}") from err
 
 
 def server_adapter_probe_log_probs(client, token_ids: list[int], start: int, adapter: str) -> list[float]:

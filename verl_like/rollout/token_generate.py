@@ -8,7 +8,7 @@ Implementations:
   arrive and the engine steps inside the event loop while any is unfinished, so one sample's tool call runs while
   the others generate (continuous batching, no lock-step turns).
 - `ServerTokenGenerator`: vLLM servers (ours, through the lean route, or plain `vllm serve` through
-  `/v1/completions` with token ids), via `ServerRollout`'s clients in a thread pool; one trajectory's turns stay
+  `/v1/completions` with token ids), via `ServerGenerator`'s clients in a thread pool; one trajectory's turns stay
   on one server (its prefix cache holds the earlier turns).
 The vLLM generators take `image_data` (PIL images, one placeholder each in `prompt_ids`) on a vision-language
 model and report the expanded prompt (`TokenOutput.prompt_ids`; experimental/agent_loop/vision_turns.py).
@@ -186,7 +186,7 @@ class VLLMTokenGenerator(TokenGenerator):
 
 
 class ServerTokenGenerator(TokenGenerator):
-    """vLLM servers through `servers` (a `ServerRollout`); `max_concurrent` requests in flight at once."""
+    """vLLM servers through `servers` (a `ServerGenerator`); `max_concurrent` requests in flight at once."""
 
     def __init__(self, servers: Any, max_model_len: int, max_concurrent: int = 256) -> None:
         self.servers = servers

@@ -1,7 +1,7 @@
 """`RolloutPrefetcher`: the asynchronous driver's rollouts, generated in the background with bounded staleness.
 
 The loop (PPOTrainer) stays the same phases; only where a step's batch comes from changes. One background thread
-pulls prompts and generates batches in data order through the servers (`ServerModeRollout.generate`), so the
+pulls prompts and generates batches in data order through the servers (`ServerRolloutHandle.generate`), so the
 batch of step t+1 is being generated while step t computes log-probs and updates. Rules:
 - the batch for step t is launched once step t - K - 1 has trained (t <= s + K with s steps done), at the policy
   version v then held (actor updates synced into the servers, workers/weight_version.py); at most one sync per
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 
 class BackgroundRecovery(Protocol):
-    """What restarts servers for the background thread (trainer/rollout_handle.py:ServerModeRollout)."""
+    """What restarts servers for the background thread (trainer/rollout_handle.py:ServerRolloutHandle)."""
 
     @property
     def restarts(self) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from verl_like.config.placement import PlacementKind
 from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.ppo import PPOConfig
+from verl_like.config.rollout_backends import rollout_backend
 from verl_like.trainer.preflight import PreflightError, check_data_files, check_data_sources_have_scorers
 
 
@@ -41,15 +42,16 @@ def _roles(config: PPOConfig) -> list[str]:
     lines = [f"actor ({actor.strategy}): {derived.world_size} workers on {devices}, data-parallel size "
              f"{derived.actor_dp_size}"]
     placement = config.placement
+    label = rollout_backend(rollout.name).label  # config/rollout_backends.py
     if placement.kind is PlacementKind.COLOCATED:
         lines.append(f"rollout ({rollout.name}, in each actor worker): tensor-parallel {derived.rollout_tp_size}, "
                      f"{derived.rollout_dp_size} engine(s)")
     elif placement.kind is PlacementKind.USER_SERVERS:
-        lines.append(f"rollout: vLLM servers at {', '.join(placement.addresses)}")
+        lines.append(f"rollout: {label} servers at {', '.join(placement.addresses)}")
     else:
         where = ("sharing the trainer's devices" if placement.shares_trainer_devices
                  else f"on rollout_pool ({placement.pool_devices} devices)")
-        lines.append(f"rollout: {derived.rollout_dp_size} vLLM server(s) {where}, tensor-parallel "
+        lines.append(f"rollout: {derived.rollout_dp_size} {label} server(s) {where}, tensor-parallel "
                      f"{derived.rollout_tp_size}")
     if derived.use_reference_policy:
         lines.append("reference policy: in each actor worker (a KL term needs it)")

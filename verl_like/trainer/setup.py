@@ -18,7 +18,13 @@ from verl_like.shapes.decoder import DecoderShape
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
 from verl_like.single_controller.timeouts import CallTimeouts
 from verl_like.single_controller.worker_group import RoleHandle
-from verl_like.trainer.rollout_handle import ColocatedRollout, LaunchedServers, ServerModeRollout, launch_servers
+from verl_like.trainer.rollout_handle import (
+    ColocatedRollout,
+    LaunchedServers,
+    RolloutHandle,
+    ServerRolloutHandle,
+    launch_servers,
+)
 from verl_like.utils.device import resolve_device
 from verl_like.utils.progress import phase
 
@@ -80,7 +86,7 @@ class TrainerComponents:
     """
 
     actor_rollout: RoleHandle
-    rollout: Any  # trainer.rollout_handle: ColocatedRollout or ServerModeRollout
+    rollout: RolloutHandle  # ColocatedRollout or ServerRolloutHandle (trainer/rollout_handle.py)
     critic: RoleHandle | None
     reward_manager: Any
     train_loader: Any
@@ -125,9 +131,10 @@ def slowest_rank(per_rank: Any) -> dict[str, float]:
 
 
 def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePool | None) -> LaunchedServers:
-    """Starts the vLLM servers (or names the user's) with verl_like's server flags; does not wait for them."""
+    """Starts the servers (or names the user's) with the flags the rollout backend's ServerBackend makes of the
+    config (rollout/server_backend.py); does not wait for them."""
     from verl_like.engine.model_loading import load_hf_config, resolved_overrides
-    from verl_like.serve import vllm_server_args
+    from verl_like.rollout.backends import server_backend
 
     rollout, model, trainer = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model, config.trainer
     overrides = {}
@@ -136,11 +143,15 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
                                    override_config=dict(model.override_config))
         overrides = resolved_overrides(hf_config, dict(model.override_config))
     device = resolve_device(trainer.device)
-    args = vllm_server_args(rollout, overrides, model.trust_remote_code, config.placement.weight_transfer(device))
+    backend = server_backend(rollout.name)
+    adapter_rank = adapter_window = 0
     if serves_adapters(config):
-        from verl_like.rollout.server_lora import server_lora_args, window_size
+        from verl_like.rollout.server_lora import window_size
 
-        args += server_lora_args(model.lora_rank, window_size(config.async_training.staleness))
+        adapter_rank, adapter_window = model.lora_rank, window_size(config.async_training.staleness)
+    args = backend.engine_args(rollout, hf_overrides=overrides, trust_remote_code=model.trust_remote_code,
+                               weight_transfer=config.placement.weight_transfer(device), adapter_rank=adapter_rank,
+                               adapter_window=adapter_window)
     return launch_servers(
         config, model_path, args, device, trainer.cpus_per_worker, trainer.timeouts.worker_start_timeout_s,
         log_dir=str(Path(trainer.default_local_dir) / "server_logs"), trainer_pool=trainer_pool,
@@ -155,7 +166,7 @@ def serves_adapters(config: PPOConfig) -> bool:
 
 def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any,
                     pending: Any, trainer_pool: ResourcePool, startup: dict[str, float],
-                    launched: LaunchedServers | None = None) -> ServerModeRollout:
+                    launched: LaunchedServers | None = None) -> ServerRolloutHandle:
     """Waits for the vLLM servers (`launched`, or starts them now), links the actor group to them and sends the
     weights once; notes "startup/servers_s" (launch to healthy) and "startup/first_sync_s" in `startup`, with
     the workers' own times.
@@ -163,7 +174,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
     Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built:
     vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
     moment would distort. Servers on devices of their own were launched before the trainer's workers."""
-    from verl_like.rollout.servers import ServerRollout
+    from verl_like.rollout.servers import ServerGenerator
     from verl_like.trainer.server_supervision import ServerSupervision
 
     rollout = config.actor_rollout_ref.rollout
@@ -180,7 +191,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         check_lora_servers(clients, config.actor_rollout_ref.model.lora_rank,
                            window_size(config.async_training.staleness))
     startup["startup/servers_s"] = time.monotonic() - launched.started
-    servers = ServerRollout(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests,
+    servers = ServerGenerator(clients, tokenizer.pad_token_id, rollout.server.max_concurrent_requests,
                             request_timeout_s=rollout.server.request_timeout_s,
                             request_retries=rollout.server.request_retries,
                             retry_backoff_s=rollout.server.retry_backoff_s)
@@ -197,7 +208,7 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
         supervision = ServerSupervision(supervisors, servers.servers, link, rollout.server.max_restarts,
                                         rollout.server.start_timeout_s)
         servers.servers.on_unresponsive = supervision.stop_unresponsive
-    handle = ServerModeRollout(rollout, actor_rollout, servers, supervisors, pool, supervision,
+    handle = ServerRolloutHandle(rollout, actor_rollout, servers, supervisors, pool, supervision,
                                serves_adapters=serves_adapters(config))
     try:
         startup.update(slowest_rank(pending.result()))
@@ -216,7 +227,7 @@ def _start_agent_loops(config: PPOConfig, rollout: Any, actor_rollout: RoleHandl
     from verl_like.experimental.agent_loop.runner import AgentLoopRunner, agent_config_dict, registry_snapshot
 
     plain = agent_config_dict(config)
-    if isinstance(rollout, ServerModeRollout):
+    if isinstance(rollout, ServerRolloutHandle):
         from omegaconf import OmegaConf
 
         rollout.start_agent_loops(AgentLoopRunner(OmegaConf.create(plain), tokenizer))

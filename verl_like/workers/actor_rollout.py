@@ -1,4 +1,6 @@
-"""ActorRolloutWorker: one process holds the policy's training engine, its rollout engine and optionally the reference.
+"""ActorRolloutWorker: the policy role (training engine, optional reference, the policy version and the weight sync)
+plus its rollout side: a colocated-rollout component holding this process's rollout engine, or the link to servers
+(workers/colocated_rollout.py, chosen once in `init_model` from the Topology; the worker's calls never ask which).
 
     spec = RoleSpec(ActorRolloutWorker, (model_path, actor_cfg, rollout_cfg, ref_cfg))
     group = WorkerGroup(pool, spec, name="actor_rollout")
@@ -14,10 +16,11 @@ Meshes, registered from the group's Topology (config/topology.py; the driver com
 rank 0 of the last pipeline stage); "rollout" = TP groups of `tensor_model_parallel_size` consecutive ranks, each
 group one DP rank that receives one chunk, and its TP rank 0 returns it.
 
-Weights reach the rollout through one `WeightTransport` (resharding/transports/), chosen once: sliced for an engine
-that loads TP slices, full tensors otherwise (or into the user's `update_rollout_weights`). With the
-rollout in servers (the driver's topology has no rollout layout then) the worker holds no engine:
-`connect_rollout_servers(addresses)` builds the server transport (rank 0 sends) and the driver generates.
+Weights reach the rollout through one `WeightTransport`, chosen once by `resharding/transports/factory.py:
+build_transport`: sliced for an engine that loads TP slices, full tensors otherwise (or into the user's
+`update_rollout_weights`). With the rollout in servers (the driver's topology has no rollout layout then) the worker
+holds no engine: `connect_rollout_servers(addresses)` builds the server transport (rank 0 sends) and the driver
+generates.
 
 Custom engines, two ways (examples/custom_rollout_worker.py):
 - override `build_rollout_engine()` to return your own RolloutEngine (its `load_weights` gets full tensors);
@@ -46,8 +49,8 @@ from transformers import AutoTokenizer
 from verl_like.config.actor import ActorConfig
 from verl_like.config.model import ModelConfig, RefConfig
 from verl_like.config.rollout import RolloutConfig
-from verl_like.config.topology import RoleTopology, Topology, actor_group_topology
-from verl_like.experimental.agent_loop.engine_rollout import engine_agent_rollout, rows_use_agent_loops
+from verl_like.config.rollout_backends import rollout_backend
+from verl_like.config.topology import Topology, actor_group_topology
 from verl_like.engine.base import TrainEngine
 from verl_like.engine.factory import build_engine
 from verl_like.engine.from_config import (
@@ -56,19 +59,17 @@ from verl_like.engine.from_config import (
     lora_settings,
     reference_engine_config,
 )
-from verl_like.engine.model_loading import load_hf_config, resolved_overrides
+from verl_like.engine.model_loading import load_hf_config
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.engine.vision import rows_with_images
 from verl_like.protocol import DataProto
 from verl_like.resharding.transports import WeightTransport
-from verl_like.resharding.transports.factory import build_colocated_transport
-from verl_like.rollout.base import RolloutEngine, SamplingConfig
-from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
-from verl_like.rollout.from_config import vllm_engine_options
-from verl_like.rollout.request import GenerationRequest
+from verl_like.resharding.transports.factory import ServerLink, build_transport, server_transport_options
+from verl_like.rollout.base import RolloutEngine
+from verl_like.rollout.backends import EngineBuild, build_rollout_engine
 from verl_like.single_controller import Dispatch, Worker, register
-from verl_like.utils.device import get_torch_device
 from verl_like.workers.actor import PPOActor
+from verl_like.workers.colocated_rollout import ColocatedRolloutComponent, ServerRolloutLink
 from verl_like.workers.reference import ReferencePolicy
 from verl_like.workers.train_request import TrainRequest
 from verl_like.workers.weight_version import WeightVersion
@@ -138,36 +139,29 @@ class ActorRolloutWorker(Worker):
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=self.trust_remote_code)
         self.actor: PPOActor | None = None
         self.ref: ReferencePolicy | None = None
-        self.rollout: RolloutEngine | None = None
+        # The rollout side, chosen once by init_model from the topology (workers/colocated_rollout.py): this
+        # process's engine, or the link to the servers.
+        self._rollout_side: ColocatedRolloutComponent | ServerRolloutLink | None = None
         self.transport: WeightTransport | None = None  # actor -> rollout weights (resharding/transports)
         self._synced_step: int | None = None  # the actor step whose weights the rollout engine holds
         self._version = WeightVersion()  # the policy version those weights are (workers/weight_version.py)
-        self._weights_discarded = False  # the engine's last sleep threw its weights away (sleep_discards_weights)
-        self._agent_runner: Any = None  # configure_agent_loops: rollouts run through agent loops
         self._log_prob_budget: int | None = None  # size_token_budgets: the old log-probs' sized budget
+
+    @property
+    def rollout(self) -> RolloutEngine | None:
+        """This rank's rollout engine (None before init_model, in server mode, or with a user's text hook)."""
+        return self._rollout_side.engine if self._rollout_side is not None else None
 
     # ----- overridable hooks -----
 
     def build_rollout_engine(self) -> RolloutEngine:
-        """The rollout engine of this rank (vLLM in-process, or HF `generate`); override to use your own."""
-        config = self.rollout_config
-        if config.name == "hf":
-            from transformers import AutoModelForCausalLM
-
-            from verl_like.rollout.hf import HFRolloutEngine
-
-            dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
-            model = AutoModelForCausalLM.from_pretrained(
-                self.model_path, config=self.hf_config(), dtype=dtype, trust_remote_code=self.trust_remote_code
-            )
-            return HFRolloutEngine(model.to(get_torch_device()))
-        from verl_like.rollout.vllm import VLLMRolloutEngine
-
-        hf_overrides = resolved_overrides(self.hf_config(), self.override_config) if self.override_config else {}
+        """The rollout engine of this rank: the one rollout.name's registry entry builds (config/rollout_backends.py:
+        vLLM in-process, HF `generate`, or a registered backend); override to use your own."""
         serves_adapter = self.lora is not None and not self.lora_merge
-        options = vllm_engine_options(config, hf_overrides=hf_overrides, trust_remote_code=self.trust_remote_code,
-                                      lora_rank=self.lora.rank if serves_adapter else 0)
-        return VLLMRolloutEngine(self.model_path, options)
+        return build_rollout_engine(EngineBuild(
+            self.model_path, self.rollout_config, self.hf_config(), self.override_config, self.trust_remote_code,
+            lora_rank=self.lora.rank if serves_adapter else 0,
+        ))
 
     def hf_config(self) -> Any:
         """The policy's HF config with actor_rollout_ref.model.override_config applied."""
@@ -226,15 +220,22 @@ class ActorRolloutWorker(Worker):
             self.ref.engine.offload()
             lap("ref_engine")
         if self.topology.rollout is None:
-            # The rollout lives in vLLM servers; connect_rollout_servers() builds the transport to them.
+            # The rollout lives in servers; connect_rollout_servers() builds the transport to them.
+            self._rollout_side = ServerRolloutLink(self.rollout_config)
             self.actor.engine.offload()
             logger.info("rank %d: actor ready (rollout in servers; %s)", self.rank, startup)
             return startup
+        engine, text_hook = None, None
         if type(self).generate is ActorRolloutWorker.generate:
-            if self.rollout_config.name == "vllm":
-                importlib.import_module("vllm")  # timed on its own: seconds of imports before the engine starts
-                lap("vllm_import")
-            self.rollout = self.build_rollout_engine()
+            package = rollout_backend(self.rollout_config.name).package
+            if package is not None:
+                importlib.import_module(package)  # timed on its own: seconds of imports before the engine starts
+                lap(f"{package.replace('.', '_')}_import")
+            engine = self.build_rollout_engine()
+        else:
+            text_hook = self.generate
+        self._rollout_side = ColocatedRolloutComponent(engine, self.rollout_config, self.topology.rollout, self.rank,
+                                                       self.tokenizer, text_hook, owner=type(self).__name__)
         self.transport = self._colocated_transport()
         lap("rollout_engine")
         # A dummy-initialised vLLM must get the weights before it generates; loading them once more is cheap.
@@ -270,28 +271,21 @@ class ActorRolloutWorker(Worker):
         full sync); weight_sync/* metrics. pause_mode: what in-flight
         requests do during an update ("abort" or "keep"; default rollout.server.pause_mode). weight_transfer:
         "gloo" or "ipc", the servers' engine (config/placement.py:RolloutPlacement.weight_transfer resolves auto)."""
-        from verl_like.resharding.transports.server import ServerTransport, ServerTransportOptions
+        from verl_like.rollout.backends import server_backend
         from verl_like.utils.device import node_ip_address
 
+        engine = self._require(self.actor, "connect_rollout_servers").engine
         config = self.rollout_config
-        wire_dtype = self.actor.engine.config.param_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
-        options = ServerTransportOptions(
-            bucket_bytes=config.bucket_bytes, timeout_s=config.server.request_timeout_s,
-            pause_mode=pause_mode or config.server.pause_mode, address=node_ip_address(), wire_dtype=wire_dtype,
-            weight_transfer=weight_transfer,
-            reset_encoder_cache=getattr(self.hf_config(), "vision_config", None) is not None,  # a VLM
+        options = server_transport_options(
+            config, engine, address=node_ip_address(), pause_mode=pause_mode, weight_transfer=weight_transfer,
+            vision=getattr(self.hf_config(), "vision_config", None) is not None, backend=server_backend(config.name),
         )
         if self.transport is not None:  # linking again (a restarted server): the old group goes first
             self.transport.close()
             self.transport = None
-        engine = self._require(self.actor, "connect_rollout_servers").engine
-        if engine.lora_enabled and not self.lora_merge:  # adapter-only: the base once, then the adapter
-            from verl_like.resharding.transports.server_adapter import ServerAdapterTransport
-
-            self.transport = ServerAdapterTransport(engine, list(addresses), options, self.lora.rank)
-        else:
-            # A frozen vision tower goes to the servers once per link (they keep their weights).
-            self.transport = ServerTransport(engine, list(addresses), options, send_static_once=True)
+        serves_adapters = self.lora is not None and not self.lora_merge  # adapter-only: the base once, then it
+        link = ServerLink(tuple(addresses), options, serves_adapters, self.lora.rank if serves_adapters else 0)
+        self.transport = build_transport(engine, config, servers=link)
         self._synced_step = None
         return self._sync_weights()
 
@@ -309,28 +303,16 @@ class ActorRolloutWorker(Worker):
         reloaded discarded weights.
         """
         actor = self._require(self.actor, "generate_sequences")
-        if self.topology.rollout is None:
-            raise RuntimeError("generate_sequences: actor_rollout_ref.rollout.mode=server generates in the vLLM "
-                               "servers (trainer/rollout_handle.py), not in the trainer's workers")
+        side = self._require(self._rollout_side, "generate_sequences")
+        sampling = side.sampling(prompts)  # server mode refuses here: the driver generates
         self._check_rollout_current(actor.engine.global_step)
-        # With a seed, this TP group's prompts take the seeds after those of the (equal) DP chunks before it.
-        dp_rank = self._rollout_layout().coord(self.rank).dp_rank
-        sampling = GenerationRequest.from_meta_info(prompts.meta_info).sampling(
-            self.rollout_config, prompts_before=dp_rank * len(prompts)
-        )
         metrics = self._wake_rollout()
         start = time.perf_counter()
         try:
-            if rows_use_agent_loops(self._agent_runner, prompts):
-                out = engine_agent_rollout(self._agent_runner, self.rollout, prompts, sampling,
-                                           self.rollout_config.engine_max_model_len, self._version.number)
-            elif self.rollout is None:
-                out = self._generate_from_text(prompts, sampling)
-            else:
-                out = self.rollout.generate(prompts, sampling)
+            out = side.generate(prompts, sampling, self._version.number)
         finally:
             self._sleep_rollout()
-        metrics.update(self._global_rollout_rate(out, time.perf_counter() - start))
+        metrics.update(side.global_rollout_rate(out, time.perf_counter() - start))
         out.meta_info.update(TrainRequest(temperature=sampling.log_prob_temperature).to_meta_info())
         out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **metrics}
         return out
@@ -343,7 +325,8 @@ class ActorRolloutWorker(Worker):
 
         from verl_like.experimental.agent_loop.runner import AgentLoopRunner
 
-        self._agent_runner = AgentLoopRunner(OmegaConf.create(config), self.tokenizer, registry=registry)
+        side = self._require(self._rollout_side, "configure_agent_loops")
+        side.agent_runner = AgentLoopRunner(OmegaConf.create(config), self.tokenizer, registry=registry)
 
     @register(dispatch=Dispatch.DP_MESH, mesh="actor")
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -440,9 +423,8 @@ class ActorRolloutWorker(Worker):
         if self.transport is not None:
             self.transport.close()
         self.transport = None
-        if self.rollout is not None and hasattr(self.rollout, "shutdown"):
-            self.rollout.shutdown()
-        self.rollout = None
+        if self._rollout_side is not None:
+            self._rollout_side.close()
 
     # ----- internals -----
 
@@ -460,11 +442,6 @@ class ActorRolloutWorker(Worker):
                 )
             dp_rank, dp_size, is_collect = layout.mesh(self.rank)
             self.register_mesh(name, dp_rank=dp_rank, dp_size=dp_size, is_collect=is_collect)
-
-    def _rollout_layout(self) -> RoleTopology:
-        if self.topology.rollout is None:
-            raise RuntimeError("the rollout has no TP groups in this group (rollout.mode=server)")
-        return self.topology.rollout
 
     def _train_request(self, data: DataProto) -> TrainRequest:
         """The batch's TrainRequest, its temperature the one its rollout sampled at (which generate_sequences
@@ -493,8 +470,8 @@ class ActorRolloutWorker(Worker):
         (None for a text hook without a weight hook: warned about at construction)."""
         engine = self._require(self.actor, "init_model").engine
         overridden = type(self).update_rollout_weights is not ActorRolloutWorker.update_rollout_weights
-        return build_colocated_transport(engine, self.rollout, self.rollout_config, self.hf_config,
-                                         hook=self.update_rollout_weights if overridden else None)
+        return build_transport(engine, self.rollout_config, rollout=self.rollout, hf_config=self.hf_config,
+                               hook=self.update_rollout_weights if overridden else None)
 
     def _check_rollout_current(self, actor_step: int) -> None:
         """Raises unless the rollout engine holds the weights of `actor_step` (no transport: the user's text hook
@@ -513,88 +490,36 @@ class ActorRolloutWorker(Worker):
         actor = self._require(self.actor, "sync_weights")
         if self.transport is None:
             return {}
-        if self.rollout is not None:
-            self.rollout.wake_up(["weights"])  # stage 1: weights only; the KV cache comes back for generation
-        if self._weights_discarded:
-            self.transport.forget_engine_weights()
+        side = self._require(self._rollout_side, "sync_weights")
+        side.before_sync(self.transport)
         step = actor.engine.global_step
         version = self._version.of_sync(step)
         with self._onloaded(actor.engine):
             metrics = self.transport.send(version=version).metrics()
-            metrics.update(self._sync_check(actor.engine, version))
+            # rollout/sync_check.py on this rank's engine or against the servers: rollout/sync_check_gap
+            metrics.update(side.sync_check(actor.engine, self.transport, version, lambda: self.hf_config().vocab_size))
         self._synced_step = step
         self._version.synced(step, version)
-        self._weights_discarded = False
+        side.after_sync()
         return {**metrics, "weight_sync/version": float(version)}
-
-    def _sync_check(self, engine: TrainEngine, version: int) -> dict[str, float]:
-        """rollout/sync_check.py on this rank's engine: rollout/sync_check_gap, or SyncCheckError naming it."""
-        from verl_like.rollout import sync_check
-
-        rollout, config = self.rollout, self.rollout_config
-        clients = getattr(self.transport, "clients", None)  # server mode: ServerTransport's, on rank 0
-        if config.sync_check and clients is not None:
-            wire = engine.compute_dtype if config.dtype == "auto" else getattr(torch, config.dtype)
-            limit = sync_check.tolerance([wire, engine.compute_dtype], config.sync_check_tolerance)
-            return sync_check.check_servers(engine, clients, limit, version, self.hf_config().vocab_size,
-                                            config.engine_max_model_len, getattr(self.transport, "adapter_name", None))
-        if not config.sync_check or rollout is None or not rollout.supports_scoring:
-            return {}
-        rollout.wake_up(["kv_cache"])  # scoring runs a forward; generation follows the sync and wakes it anyway
-        limit = sync_check.tolerance([rollout.weight_dtype, engine.compute_dtype], config.sync_check_tolerance)
-        adapter = getattr(rollout, "adapter_name", None)
-        label = f"rank {self.rank}'s in-process {type(rollout).__name__}" + (f" (adapter {adapter})" if adapter else "")
-        result = sync_check.check_colocated(engine, rollout, limit, label, version, version,
-                                            self.hf_config().vocab_size, config.engine_max_model_len)
-        return result.metrics()
 
     def _wake_rollout(self) -> dict[str, float]:
         """Wakes the engine for generation; weight_sync/* metrics when its weights had to be loaded again."""
-        if self.rollout is None:
+        side = self._rollout_side
+        if side is None:
             return {}
         # Not a sync decision: the same version again, because sleep threw it away (vLLM's sleep level 2).
-        metrics = self._sync_weights() if self._weights_discarded else {}
-        # Staged, weights before the KV cache; the engine owns its sleep state and skips parts already awake.
-        self.rollout.wake_up(["weights"])
-        self.rollout.wake_up(["kv_cache"])
+        metrics = self._sync_weights() if side.reloads_on_wake else {}
+        side.wake()
         return metrics
 
     def _sleep_rollout(self) -> None:
-        if self.rollout is not None and self.rollout_config.free_cache_engine:
-            self.rollout.sleep()
-            self._weights_discarded = self.rollout.sleep_discards_weights
-
-    def _generate_from_text(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
-        texts = [self.tokenizer.decode(tokens) for tokens in prompt_token_lists(prompts)]
-        requests = [text for text in texts for _ in range(sampling.n)]
-        outputs = self.generate(requests)
-        if len(outputs) != len(requests) or not all(isinstance(text, str) for text in outputs):
-            raise TypeError(
-                f"{type(self).__name__}.generate returned {len(outputs)} items for {len(requests)} prompts; it must "
-                "return one str per prompt"
-            )
-        responses = [self.tokenizer.encode(text, add_special_tokens=False)[: sampling.max_tokens] for text in outputs]
-        unscored = [[0.0] * len(tokens) for tokens in responses]
-        pad = self.tokenizer.pad_token_id
-        batch = build_rollout_batch(prompts, responses, unscored, sampling, pad, generation_metrics(responses))
-        # A custom engine gives text, not log-probs: compute_log_prob adds "rollout_log_probs" from its forward.
-        del batch.batch["rollout_log_probs"]
-        return batch
+        if self._rollout_side is not None:
+            self._rollout_side.sleep()
 
     def _scores_text_rollouts(self, data: DataProto) -> bool:
         """Whether `data` is a text-hook rollout that compute_log_prob completes with "rollout_log_probs"."""
-        text_hook = type(self).generate is not ActorRolloutWorker.generate and self.topology.rollout is not None
-        return text_hook and "rollout_log_probs" not in data.batch.keys()
-
-    def _global_rollout_rate(self, out: DataProto, seconds: float) -> dict[str, float]:
-        """Tokens generated by every TP group over the slowest group's time (all ranks call this together)."""
-        collects = self._rollout_layout().coord(self.rank).is_collect  # one count per TP group
-        tokens = float(out.batch["response_mask"].sum()) if collects else 0.0
-        totals = torch.tensor([tokens], dtype=torch.float64)
-        slowest = torch.tensor([seconds], dtype=torch.float64)
-        dist.all_reduce(totals)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return rollout_rate(float(totals), float(slowest))
+        return self._rollout_side is not None and self._rollout_side.scores_text_rollouts(data)
 
     def _log_prob_diff(self, data: DataProto, old_log_probs: torch.Tensor) -> dict[str, float]:
         """rollout/logprob_diff_{mean,max} over every response token; for a batch with images (docs/vision.md) also

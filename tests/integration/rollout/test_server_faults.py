@@ -23,7 +23,7 @@ from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
 from verl_like.rollout.server_client import ServerClient, ServerError  # noqa: E402
 from verl_like.rollout.server_generate import FAULT_ROUTE  # noqa: E402
-from verl_like.rollout.servers import ServerRollout  # noqa: E402
+from verl_like.rollout.servers import ServerGenerator  # noqa: E402
 
 SAMPLING = SamplingConfig(n=2, temperature=1.0, max_tokens=8, seed=5)
 
@@ -39,7 +39,7 @@ def arm_http_500(address: str, seconds: float) -> None:
 
 
 def test_http_500_for_a_while_is_retried_with_backoff_and_samples_the_same(vllm_server, prompts):
-    servers = ServerRollout([ServerClient(vllm_server, "server 0", timeout_s=60)], pad_token_id=0,
+    servers = ServerGenerator([ServerClient(vllm_server, "server 0", timeout_s=60)], pad_token_id=0,
                             request_retries=6, retry_backoff_s=0.25)
     try:
         reference = servers.generate(prompts, SAMPLING)
@@ -58,7 +58,7 @@ def test_http_500_for_a_while_is_retried_with_backoff_and_samples_the_same(vllm_
 
 
 def test_retries_of_http_500_are_bounded_and_the_error_names_the_server(vllm_server, prompts):
-    servers = ServerRollout([ServerClient(vllm_server, "server 0", timeout_s=60)], pad_token_id=0,
+    servers = ServerGenerator([ServerClient(vllm_server, "server 0", timeout_s=60)], pad_token_id=0,
                             request_retries=2, retry_backoff_s=0.1)
     try:
         arm_http_500(vllm_server, 60)
@@ -77,7 +77,7 @@ def test_a_server_that_cannot_make_progress_fails_within_request_timeout_naming_
     listener.bind(("127.0.0.1", 0))
     listener.listen(512)
     address = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    servers = ServerRollout([ServerClient(address, "server 2", timeout_s=3)], pad_token_id=0, request_timeout_s=3)
+    servers = ServerGenerator([ServerClient(address, "server 2", timeout_s=3)], pad_token_id=0, request_timeout_s=3)
     try:
         start = time.monotonic()
         with pytest.raises(ServerError, match=rf"server 2 \({address}\): (GET|POST) /verl_like/generate timed out "

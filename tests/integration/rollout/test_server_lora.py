@@ -171,9 +171,9 @@ def test_a_lora_actor_group_syncs_the_base_once_then_its_adapter_counted_on_ever
     from verl_like.config.actor import ActorConfig, OptimConfig
     from verl_like.config.model import ModelConfig
     from verl_like.config.rollout import RolloutConfig, RolloutServerConfig
-    from verl_like.rollout.servers import ServerRollout
+    from verl_like.rollout.servers import ServerGenerator
     from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup
-    from verl_like.trainer.rollout_handle import ServerModeRollout
+    from verl_like.trainer.rollout_handle import ServerRolloutHandle
     from verl_like.workers.actor_rollout import ActorRolloutWorker
 
     actor = ActorConfig(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4,
@@ -185,8 +185,8 @@ def test_a_lora_actor_group_syncs_the_base_once_then_its_adapter_counted_on_ever
     group = WorkerGroup(pool, RoleSpec(ActorRolloutWorker, (warmstart_model, actor, rollout), {"model": model}),
                         name="server_lora")
     tokenizer = AutoTokenizer.from_pretrained(warmstart_model)
-    servers = ServerRollout([ServerClient(vllm_lora_server, "server 0")], tokenizer.pad_token_id)
-    handle = ServerModeRollout(rollout, group, servers, serves_adapters=True)
+    servers = ServerGenerator([ServerClient(vllm_lora_server, "server 0")], tokenizer.pad_token_id)
+    handle = ServerRolloutHandle(rollout, group, servers, serves_adapters=True)
     try:
         group.init_model()
         linked = group.connect_rollout_servers([vllm_lora_server])

@@ -20,9 +20,9 @@ from verl_like.config.rollout import RolloutConfig, RolloutServerConfig  # noqa:
 from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.rollout.from_config import sampling_config  # noqa: E402
 from verl_like.rollout.server_client import ServerClient, ServerError  # noqa: E402
-from verl_like.rollout.servers import ServerRollout  # noqa: E402
+from verl_like.rollout.servers import ServerGenerator  # noqa: E402
 from verl_like.single_controller import ResourcePool, RoleSpec, WorkerGroup  # noqa: E402
-from verl_like.trainer.rollout_handle import ServerModeRollout  # noqa: E402
+from verl_like.trainer.rollout_handle import ServerRolloutHandle  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
 PROMPTS = ["sort 4021", "sort 973", "sort 51820", "sort 660"]
@@ -37,11 +37,11 @@ def linked(ray_cluster, warmstart_model, vllm_server):
     pool = ResourcePool.create([2], device="cpu", cpus_per_process=1.0, name="server_mode_test")
     group = WorkerGroup(pool, RoleSpec(ActorRolloutWorker, (warmstart_model, ACTOR, rollout)), name="server_mode")
     tokenizer = AutoTokenizer.from_pretrained(warmstart_model)
-    servers = ServerRollout([ServerClient(vllm_server, "server 0")], tokenizer.pad_token_id)
+    servers = ServerGenerator([ServerClient(vllm_server, "server 0")], tokenizer.pad_token_id)
     try:
         group.init_model()
         connect = group.connect_rollout_servers([vllm_server])
-        yield dict(group=group, handle=ServerModeRollout(rollout, group, servers),
+        yield dict(group=group, handle=ServerRolloutHandle(rollout, group, servers),
                    prompts=prompt_batch(tokenizer, PROMPTS), connect=connect)
     finally:
         servers.close()
@@ -50,7 +50,7 @@ def linked(ray_cluster, warmstart_model, vllm_server):
         pool.remove()
 
 
-def gap(handle: ServerModeRollout, group, prompts: DataProto, seed: int) -> float:
+def gap(handle: ServerRolloutHandle, group, prompts: DataProto, seed: int) -> float:
     """Largest |server log-prob - actor log-prob| over the response tokens of one seeded rollout."""
     batch = handle.generate(DataProto(prompts.batch, prompts.non_tensor_batch, {"seed": seed}))
     scored = group.compute_log_prob(batch)
@@ -61,13 +61,13 @@ def gap(handle: ServerModeRollout, group, prompts: DataProto, seed: int) -> floa
     return float(diff.max())
 
 
-def weight_sums(handle: ServerModeRollout) -> dict[str, float]:
+def weight_sums(handle: ServerRolloutHandle) -> dict[str, float]:
     """The server's parameter fingerprint, through /collective_rpc into our worker extension (one worker)."""
     answer = handle.servers.clients[0].request("POST", "/collective_rpc", json={"method": "verl_like_weight_sums"})
     return answer["results"][0]
 
 
-def update(group, handle: ServerModeRollout, prompts: DataProto) -> None:
+def update(group, handle: ServerRolloutHandle, prompts: DataProto) -> None:
     """One PPO update that pushes each prompt's first sample up and its second down."""
     batch = handle.generate(DataProto(prompts.batch, prompts.non_tensor_batch, {"seed": 11}))
     old = group.compute_log_prob(batch)
@@ -137,4 +137,4 @@ def test_the_lean_route_returns_what_openai_completions_return(linked):
 def test_a_dead_server_is_named_in_the_error(linked):
     client = ServerClient("http://127.0.0.1:9", "server 3", timeout_s=5)  # nothing listens on port 9
     with pytest.raises(ServerError, match=r"server 3 \(http://127.0.0.1:9\): (GET|POST) /[\w/]+ failed: ConnectError"):
-        ServerRollout([client], pad_token_id=0).generate(linked["prompts"], sampling_config(linked["handle"].config))
+        ServerGenerator([client], pad_token_id=0).generate(linked["prompts"], sampling_config(linked["handle"].config))

@@ -16,14 +16,14 @@ from rollout_helpers import trainer_gap  # noqa: E402
 from verl_like.data.vision import RAW_PROMPT_IDS  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
 from verl_like.rollout.server_client import ServerClient, ServerError  # noqa: E402
-from verl_like.rollout.servers import ServerRollout  # noqa: E402
+from verl_like.rollout.servers import ServerGenerator  # noqa: E402
 
 SAMPLED = SamplingConfig(n=4, temperature=1.0, max_tokens=6, seed=3)
 
 
 @pytest.fixture(scope="module")
 def servers(vlm_server, vlm_dataset):
-    rollout = ServerRollout([ServerClient(vlm_server, "vlm server")], vlm_dataset.tokenizer.pad_token_id)
+    rollout = ServerGenerator([ServerClient(vlm_server, "vlm server")], vlm_dataset.tokenizer.pad_token_id)
     yield rollout
     rollout.close()
 
@@ -61,7 +61,7 @@ def test_the_servers_expansion_is_the_datasets_and_a_different_one_fails_naming_
 def test_image_prompts_to_a_plain_vllm_serve_are_refused(servers, vlm_dataset, monkeypatch):
     client = ServerClient(servers.clients[0].address, "plain server")
     monkeypatch.setattr(ServerClient, "lean", property(lambda self: False))  # what a `vllm serve` answers
-    plain = ServerRollout([client], vlm_dataset.tokenizer.pad_token_id, request_retries=0)
+    plain = ServerGenerator([client], vlm_dataset.tokenizer.pad_token_id, request_retries=0)
     try:
         with pytest.raises(ServerError, match="plain `vllm serve`.*python -m verl_like.serve"):
             plain.generate(vlm_dataset.collate([vlm_dataset[0]]), SamplingConfig(max_tokens=2, do_sample=False))

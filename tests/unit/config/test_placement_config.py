@@ -23,7 +23,8 @@ def test_rollout_mode_accepts_ours_and_verls_names(value, mode):
 
 @pytest.mark.parametrize("overrides, message", [
     (["actor_rollout_ref.rollout.mode=servers"], r"actor_rollout_ref.rollout.mode='servers' is not one of"),
-    ([SERVER, "actor_rollout_ref.rollout.name=hf"], r"mode=server serves vLLM; set actor_rollout_ref.rollout.name"),
+    ([SERVER, "actor_rollout_ref.rollout.name=hf"],
+     r"mode=server needs a backend with servers.*set .*rollout.name=vllm"),
     ([SERVER, "actor_rollout_ref.rollout.server.address=[127.0.0.1:8000]"], r"must be a URL like http://"),
     ([SERVER, "actor_rollout_ref.rollout.server.pause_mode=wait"], r"server.pause_mode='wait' is not one of"),
     ([SERVER, "actor_rollout_ref.rollout.server.request_retries=-1"], r"server.request_retries=-1, .* must be >= 0"),

@@ -144,7 +144,7 @@ def test_a_request_blocked_past_its_deadline_fails_the_rollout_naming_the_server
 
     from verl_like.protocol import DataProto
     from verl_like.rollout.base import SamplingConfig
-    from verl_like.rollout.servers import ServerRollout
+    from verl_like.rollout.servers import ServerGenerator
 
     release = threading.Event()
 
@@ -155,7 +155,7 @@ def test_a_request_blocked_past_its_deadline_fails_the_rollout_naming_the_server
 
     ones = torch.ones(2, 3, dtype=torch.long)
     prompts = DataProto.from_dict(tensors={"input_ids": ones, "attention_mask": ones, "position_ids": ones.cumsum(-1)})
-    servers = ServerRollout([Stuck("server 0")], pad_token_id=0, watchdog_slack_s=0.5, request_timeout_s=1.0)
+    servers = ServerGenerator([Stuck("server 0")], pad_token_id=0, watchdog_slack_s=0.5, request_timeout_s=1.0)
     start = time.monotonic()
     try:
         with pytest.raises(ServerError, match=r"2 generation request\(s\) made no progress for 2 s .*\[server 0\]"):

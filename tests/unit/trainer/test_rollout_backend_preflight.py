@@ -6,7 +6,8 @@ import importlib.util
 
 import pytest
 
-from verl_like.trainer.preflight import INSTALL_CPU, INSTALL_GPU, PreflightError, check_rollout_backend
+from verl_like.config.rollout_backends import INSTALL_CPU, INSTALL_GPU
+from verl_like.trainer.preflight import PreflightError, check_rollout_backend
 
 
 def test_missing_vllm_names_the_install_command_for_the_device(monkeypatch):

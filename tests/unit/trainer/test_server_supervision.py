@@ -13,7 +13,7 @@ from verl_like.rollout.server_client import ServerError
 from verl_like.rollout.server_pool import ServerPool
 from verl_like.rollout.sync_check import SyncCheckError
 from verl_like.trainer import server_supervision
-from verl_like.trainer.rollout_handle import ServerModeRollout
+from verl_like.trainer.rollout_handle import ServerRolloutHandle
 from verl_like.trainer.server_supervision import ServerSupervision
 
 
@@ -142,7 +142,7 @@ class FakeActorRollout:
         return [{"weight_sync/version": 3.0}]
 
 
-class FakeServerRollout:
+class FakeServerGenerator:
     def __init__(self, pool: ServerPool) -> None:
         self.servers = pool
 
@@ -151,7 +151,7 @@ def test_a_relink_before_a_weight_sync_is_that_sync():
     servers = [FakeServer("server 0", up=False)]
     supervision, pool, relinks = supervised(servers)
     actor = FakeActorRollout()
-    handle = ServerModeRollout(None, actor, FakeServerRollout(pool), servers, supervision=supervision)
+    handle = ServerRolloutHandle(None, actor, FakeServerGenerator(pool), servers, supervision=supervision)
     handle.sync_weights()
     assert relinks == [1] and actor.syncs == 0 and handle.weight_version == 2
     handle.sync_weights()  # every server answers: the ordinary sync
@@ -163,7 +163,7 @@ def test_off_the_drivers_thread_a_dead_server_is_only_marked_down():
     driver's thread may make."""
     servers = [FakeServer("server 0", up=False), FakeServer("server 1")]
     supervision, pool, relinks = supervised(servers)
-    handle = ServerModeRollout(None, FakeActorRollout(), FakeServerRollout(pool), servers, supervision=supervision)
+    handle = ServerRolloutHandle(None, FakeActorRollout(), FakeServerGenerator(pool), servers, supervision=supervision)
     thread = threading.Thread(target=handle._check_servers, args=("a rollout",))
     thread.start()
     thread.join()
@@ -173,7 +173,7 @@ def test_off_the_drivers_thread_a_dead_server_is_only_marked_down():
 def test_a_background_rollouts_failure_is_recovered_on_the_drivers_thread_when_a_restart_explains_it():
     servers = [FakeServer("server 0")]
     supervision, pool, relinks = supervised(servers)
-    handle = ServerModeRollout(None, FakeActorRollout(), FakeServerRollout(pool), servers, supervision=supervision)
+    handle = ServerRolloutHandle(None, FakeActorRollout(), FakeServerGenerator(pool), servers, supervision=supervision)
     servers[0].up = servers[0].process_runs = False
     cause = ServerError("no rollout server is up: server 0: ConnectError", transport=True)
     try:

@@ -7,7 +7,8 @@
 - `server.ServerTransport`: vLLM servers, through vLLM's native weight-transfer API.
 - `adapter.AdapterTransport`: a LoRA policy into an in-process engine: the base weights once, then the adapter's
   tensors alone.
-`factory.build_colocated_transport` picks the colocated one.
+- `server_adapter.ServerAdapterTransport`: the same into servers (the base through `server.py`'s round).
+`factory.build_transport` picks one, for every placement (the one place).
 Every trainer rank calls `send` together (the gathers are collectives).
 """
 

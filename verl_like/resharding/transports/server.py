@@ -15,6 +15,7 @@ Two links carry the buckets (`rollout.server.weight_transfer`, resolved by confi
   bucket into one uint8 buffer on its GPU and posts a pickled IPC handle of it; the server's workers map the buffer,
   copy the tensors out and answer; the buffer is dropped only after every server has answered. Request shapes per
   vLLM release come from `rollout/vllm_compat.py`.
+What each request carries is the servers' `ServerBackend` (rollout/server_backend.py: vLLM's, rollout/vllm_server.py).
 Servers receive full tensors and each worker's vLLM loader keeps its own TP slice.
 """
 
@@ -34,18 +35,18 @@ from verl_like.engine.base import TrainEngine
 from verl_like.utils.gloo import free_port, gloo_group
 from verl_like.resharding.transfer import SyncStats
 from verl_like.resharding.transports.base import WeightTransport
-from verl_like.rollout import vllm_compat
+from verl_like.rollout.server_backend import ServerBackend
 from verl_like.rollout.server_client import ServerClient, ServerError
 
 logger = logging.getLogger(__name__)
 
 STORE_PREFIX = "verl_like_weights"  # what verl_like.rollout.server_extension joins under
-GLOO_BACKEND = "verl_like_gloo"
 
 
 @dataclass(frozen=True)
 class ServerTransportOptions:
     """bucket_bytes: most bytes per broadcast. timeout_s: bound of every HTTP call and collective wait.
+    backend: the servers' protocol (rollout/server_backend.py; None: vLLM's).
     pause_mode: what in-flight requests do during the update ("abort" ends them, "keep" freezes them).
     address: where the servers reach this trainer's rank 0. wire_dtype: the servers' weight dtype.
     weight_transfer: the link, "gloo" or "ipc" (module doc). reset_encoder_cache: drop the servers' cached vision
@@ -54,6 +55,7 @@ class ServerTransportOptions:
 
     bucket_bytes: int
     timeout_s: float
+    backend: ServerBackend | None = None
     pause_mode: str = "abort"
     address: str = "127.0.0.1"
     wire_dtype: torch.dtype = torch.float32
@@ -97,8 +99,8 @@ class _GlooLink:
         port = free_port(opts.address)
         futures, offset = [], 1
         for client, size in zip(self.clients, sizes):
-            info = {"master_address": opts.address, "master_port": port, "rank_offset": offset,
-                    "world_size": world, "timeout_s": opts.timeout_s}
+            info = client.backend.gloo_init_info(master_address=opts.address, master_port=port, rank_offset=offset,
+                                                 world_size=world, timeout_s=opts.timeout_s)
             futures.append(self.pool.submit(client.init_weight_transfer, info, opts.timeout_s))
             offset += size
         try:
@@ -114,12 +116,11 @@ class _GlooLink:
 
     def send_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> int:
         flat = torch.cat([tensor.reshape(-1) for _, tensor in bucket]).cpu()  # gloo moves host memory
-        info = {
-            "names": [name for name, _ in bucket],
-            "shapes": [list(tensor.shape) for _, tensor in bucket],
-            "dtype_name": str(flat.dtype).removeprefix("torch."),
-        }
-        posts = [self.pool.submit(client.update_weights, info, self.options.timeout_s) for client in self.clients]
+        names = [name for name, _ in bucket]
+        shapes = [list(tensor.shape) for _, tensor in bucket]
+        dtype_name = str(flat.dtype).removeprefix("torch.")
+        posts = [self.pool.submit(client.update_weights, client.backend.gloo_update_info(names, shapes, dtype_name),
+                                  self.options.timeout_s) for client in self.clients]
         work = self.group.broadcast(flat, 0)
         _raise_first(posts)
         work.wait()
@@ -149,16 +150,16 @@ class _IpcLink:
         self.gpu_uuid = str(torch.cuda.get_device_properties(self.device).uuid)
         for client in self.clients:
             try:
-                answer = client.request("POST", "/collective_rpc", json={"method": "verl_like_gpu_uuid"})
+                uuids = client.backend.gpu_uuids(client.send(client.backend.gpu_uuid_request()))
             except ServerError as err:
                 raise ServerError(f"weight_transfer=ipc: {client} did not say which GPU it runs on (is it a "
                                   f"`python -m verl_like.serve --weight-transfer ipc` server?): {err}") from err
-            others = sorted({uuid for uuid in answer["results"] if uuid != self.gpu_uuid})
+            others = sorted({uuid for uuid in uuids if uuid != self.gpu_uuid})
             if others:
                 raise ServerError(f"weight_transfer=ipc: {client} has workers on GPU {others}, not on the trainer's "
                                   f"rank-0 GPU {self.gpu_uuid}; CUDA IPC needs the same GPU: use weight_transfer=gloo")
         self.versions = [client.version() for client in self.clients]
-        futures = [self.pool.submit(client.init_weight_transfer, vllm_compat.ipc_init_info(version),
+        futures = [self.pool.submit(client.init_weight_transfer, client.backend.ipc_init_info(version),
                                     self.options.timeout_s) for client, version in zip(self.clients, self.versions)]
         _raise_first(futures)
         logger.info("weight transfer (ipc): %s on GPU %s (vLLM %s)", self.clients, self.gpu_uuid, self.versions)
@@ -172,13 +173,13 @@ class _IpcLink:
             offset += size
         torch.cuda.current_stream(self.device).synchronize()  # the servers read the whole bucket at once
         _, handle = reduce_tensor(buffer)
-        handles = vllm_compat.pickle_ipc_handles({self.gpu_uuid: handle})
+        handles = {self.gpu_uuid: handle}
         names = [name for name, _ in bucket]
         dtype_names = [str(tensor.dtype).removeprefix("torch.") for _, tensor in bucket]
         shapes = [list(tensor.shape) for _, tensor in bucket]
         posts = [
             self.pool.submit(client.update_weights,
-                             vllm_compat.ipc_update_info(version, names, dtype_names, shapes, sizes, handles),
+                             client.backend.ipc_update_info(version, names, dtype_names, shapes, sizes, handles),
                              self.options.timeout_s)
             for client, version in zip(self.clients, self.versions)
         ]
@@ -229,7 +230,7 @@ class WeightSender:
             for bucket in _buckets(((n, t.to(opts.wire_dtype)) for n, t in named_tensors), opts.bucket_bytes):
                 sent += self.link.send_bucket(bucket)
                 buckets += 1
-            self._on_every_server(ServerClient.finish_weight_update, {"weight_version": str(version)})
+            self._on_every_server(ServerClient.finish_weight_update, version)
             self.link.finish_round()
             if opts.reset_encoder_cache:  # before resume: no request may meet an embedding of the old weights
                 self._on_every_server(ServerClient.reset_encoder_cache)
@@ -265,7 +266,8 @@ class ServerTransport(WeightTransport):
         self._sent = False
         self.sender: WeightSender | None = None
         if dist.get_rank() == 0:  # global rank 0: with model parallelism several ranks are DP rank 0
-            clients = [ServerClient(a, f"server {i}", timeout_s=options.timeout_s) for i, a in enumerate(addresses)]
+            clients = [ServerClient(a, f"server {i}", timeout_s=options.timeout_s, backend=options.backend)
+                       for i, a in enumerate(addresses)]
             self.sender = WeightSender(clients, options)
             self.sender.connect()
 

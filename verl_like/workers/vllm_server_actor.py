@@ -1,6 +1,7 @@
-"""`RolloutServerWorker`: a Ray actor on the rollout pool that starts one vLLM server and supervises it.
+"""`VLLMServerActor`: a Ray actor on the rollout pool that starts one vLLM server and supervises it.
 
-The server (`python -m verl_like.serve`, which execs vLLM's) is a child process tied to the actor: it dies with the
+The server (`python -m verl_like.serve`, which execs vLLM's: the command `VLLMServerBackend.launch_command` builds,
+rollout/vllm_server.py) is a child process tied to the actor: it dies with the
 actor even on kill -9 (the kernel's parent-death signal), its engine processes end with it (they watch it), and
 `stop()` ends its whole process group. Its output goes to a log
 file whose tail the driver shows when the server fails.
@@ -13,10 +14,11 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from verl_like.rollout.server_backend import ServerBackend
+from verl_like.rollout.vllm_server import VLLM_SERVER
 from verl_like.utils.gloo import free_port
 
 logger = logging.getLogger(__name__)
@@ -30,15 +32,17 @@ def die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class RolloutServerWorker:
+class VLLMServerActor:
     """One vLLM server: `start()` launches it and returns its address; the driver then polls its /health.
 
     index: the server's number (in errors and log names). host: bind address (loopback unless the pool spans
-    nodes, then this node's address). extra_args: vLLM flags appended to verl_like.serve's.
+    nodes, then this node's address). extra_args: vLLM flags appended to verl_like.serve's. backend: the
+    ServerBackend whose launch_command starts the server (default vLLM's).
     """
 
     def __init__(self, index: int, model_path: str, tensor_parallel_size: int, device: str, host: str,
-                 extra_args: list[str], log_dir: str | None = None) -> None:
+                 extra_args: list[str], log_dir: str | None = None, backend: ServerBackend | None = None) -> None:
+        self.backend = backend or VLLM_SERVER
         self.index = index
         self.model_path = model_path
         self.tensor_parallel_size = tensor_parallel_size
@@ -54,10 +58,9 @@ class RolloutServerWorker:
         trainer's clients and weight transport reach the new server at the old address."""
         port = self.port if self.port is not None else free_port(self.host)
         self.port = port
-        command = [
-            sys.executable, "-m", "verl_like.serve", self.model_path, "--port", str(port), "--host", self.host,
-            "--tensor-parallel-size", str(self.tensor_parallel_size), "--device", self.device, *self.extra_args,
-        ]
+        command = self.backend.launch_command(self.model_path, port=port, host=self.host,
+                                              tensor_parallel_size=self.tensor_parallel_size, device=self.device,
+                                              extra_args=self.extra_args)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
@@ -108,6 +111,6 @@ class RolloutServerWorker:
             pass
 
     def __del__(self) -> None:
-        # `ray.remote(RolloutServerWorker)` builds a class object whose collection runs this too, without __init__.
+        # `ray.remote(VLLMServerActor)` builds a class object whose collection runs this too, without __init__.
         if getattr(self, "process", None) is not None:
             self.stop(timeout_s=5.0)
