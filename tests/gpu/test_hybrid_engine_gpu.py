@@ -21,12 +21,13 @@ from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402
 from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
-from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.shapes.decoder import DecoderShape  # noqa: E402
 from verl_like.resharding.transports.colocated_sliced import SlicedWeightSync  # noqa: E402
 from verl_like.resharding.transports.full import full_weight_sync  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerGroup, register  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
+
+from batch_helpers import prompt_batch  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -69,16 +70,6 @@ class GpuProbeWorker(ActorRolloutWorker):
         return asleep, awake
 
 
-def prompt_batch(tokenizer) -> DataProto:
-    encoded = tokenizer(PROMPTS, padding=True, padding_side="left", return_tensors="pt")
-    mask = encoded["attention_mask"]
-    return DataProto.from_dict(
-        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask,
-                     position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
-        non_tensors={"uid": [f"p{i}" for i in range(len(PROMPTS))]},
-    )
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("gpu_hybrid") / "tiny", SPEC))
@@ -100,7 +91,7 @@ def trained(request, ray_cluster, model_dir):
     group = WorkerGroup(pool, RoleSpec(GpuProbeWorker, (model_dir, ACTOR, rollout, None)), name=f"gpu_ar_tp{tp}")
     try:
         group.init_model()
-        prompts = prompt_batch(AutoTokenizer.from_pretrained(model_dir))
+        prompts = prompt_batch(AutoTokenizer.from_pretrained(model_dir), PROMPTS)
         batch = group.generate_sequences(prompts)
         batch.meta_info.pop("metrics")
         old = group.compute_log_prob(batch)

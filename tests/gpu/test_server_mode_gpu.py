@@ -11,7 +11,6 @@ server's actor and the trainer's worker share the one GPU's bundle.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import ray
@@ -32,8 +31,7 @@ from verl_like.trainer.rollout_handle import ServerRolloutHandle, start_servers 
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-sys.path.insert(0, str(Path(__file__).parents[1] / "integration" / "rollout"))  # the CPU twin's helpers
-from rollout_helpers import prompt_batch  # noqa: E402
+from batch_helpers import prompt_batch  # noqa: E402
 
 PROMPTS = ["1+2=?", "what is 3*4? answer:", "ab", "(7-5)*2 = "] * 4
 # head_dim 64: FlashAttention's kernels (the kit has FA3 only) take it; the CPU tests' tiny model has 32.

@@ -29,17 +29,6 @@ def forward_log_probs(model: torch.nn.Module, rollout: DataProto, sampling: Samp
     return log_probs * batch["response_mask"]
 
 
-def prompt_batch(tokenizer, texts: list[str]) -> DataProto:
-    """A left-padded prompt batch of `texts` (input_ids, attention_mask, position_ids; uid "p<i>")."""
-    encoded = tokenizer(texts, padding=True, padding_side="left", return_tensors="pt")
-    mask = encoded["attention_mask"]
-    return DataProto.from_dict(
-        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask,
-                     position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
-        non_tensors={"uid": [f"p{i}" for i in range(len(texts))]},
-    )
-
-
 @torch.no_grad()
 def trainer_gap(model: torch.nn.Module, rollout: DataProto, temperature: float) -> float:
     """Largest |trainer log-prob - rollout log-prob| over the sampled tokens of `rollout`, the trainer's side

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from rollout_helpers import prompt_batch  # noqa: E402
+from batch_helpers import prompt_batch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from verl_like.protocol import DataProto  # noqa: E402

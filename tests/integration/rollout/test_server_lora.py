@@ -165,7 +165,7 @@ def test_a_lora_actor_group_syncs_the_base_once_then_its_adapter_counted_on_ever
     """A 2-rank FSDP2 LoRA actor on Ray linked to the server (ServerAdapterTransport): the link sends the base and
     the adapter, every later sync the adapter alone, each rank reporting the sync's bytes (the mean is not halved);
     the server's sampled log-probs then equal the actor's."""
-    from rollout_helpers import prompt_batch
+    from batch_helpers import prompt_batch
     from transformers import AutoTokenizer
 
     from verl_like.config.actor import ActorConfig, OptimConfig

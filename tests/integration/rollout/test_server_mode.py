@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("vllm")
 
-from rollout_helpers import prompt_batch  # noqa: E402
+from batch_helpers import prompt_batch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from verl_like.config.actor import ActorConfig, OptimConfig  # noqa: E402

@@ -35,6 +35,8 @@ from verl_like.single_controller import (  # noqa: E402
 )
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
+from batch_helpers import prompt_batch  # noqa: E402
+
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import test modules
 
 PROMPTS = ["1+2=?", "what is 3*4? answer:", "ab", "(7-5)*2 = "]
@@ -96,16 +98,6 @@ def with_meta(data: DataProto, **meta) -> DataProto:
     return DataProto(data.batch, data.non_tensor_batch, {**data.meta_info, **meta})
 
 
-def prompt_batch(tokenizer) -> DataProto:
-    encoded = tokenizer(PROMPTS, padding=True, padding_side="left", return_tensors="pt")
-    mask = encoded["attention_mask"]
-    return DataProto.from_dict(
-        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask,
-                     position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
-        non_tensors={"uid": [f"p{i}" for i in range(len(PROMPTS))]},
-    )
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("actor_rollout") / "tiny"))
@@ -148,7 +140,7 @@ def trained(request, pool, model_dir):
     try:
         group.init_model()
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        prompts = prompt_batch(tokenizer)
+        prompts = prompt_batch(tokenizer, PROMPTS)
         greedy_before = group.generate_sequences(with_meta(prompts, do_sample=False))
         batch = group.generate_sequences(prompts)
         batch.meta_info.pop("metrics")

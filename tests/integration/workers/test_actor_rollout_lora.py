@@ -32,6 +32,8 @@ from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, WorkerError, WorkerGroup, register  # noqa: E402
 from verl_like.workers.actor_rollout import ActorRolloutWorker  # noqa: E402
 
+from batch_helpers import prompt_batch  # noqa: E402
+
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import test modules
 
 PROMPTS = ["1+2=?", "what is 3*4? answer:", "ab", "(7-5)*2 = "]
@@ -78,16 +80,6 @@ class LoraProbeWorker(ActorRolloutWorker):
 
 def with_meta(data: DataProto, **meta) -> DataProto:
     return DataProto(data.batch, data.non_tensor_batch, {**data.meta_info, **meta})
-
-
-def prompt_batch(tokenizer) -> DataProto:
-    encoded = tokenizer(PROMPTS, padding=True, padding_side="left", return_tensors="pt")
-    mask = encoded["attention_mask"]
-    return DataProto.from_dict(
-        tensors=dict(input_ids=encoded["input_ids"], attention_mask=mask,
-                     position_ids=(mask.cumsum(-1) - 1).clamp(min=0)),
-        non_tensors={"uid": [f"p{i}" for i in range(len(PROMPTS))]},
-    )
 
 
 def response_log_probs(model, batch: DataProto) -> torch.Tensor:
@@ -146,7 +138,7 @@ def trained(pool, model_dir, tmp_path_factory):
     checkpoint = str(tmp_path_factory.mktemp("lora_ckpt") / "actor")
     try:
         group.init_model()
-        prompts = prompt_batch(AutoTokenizer.from_pretrained(model_dir))
+        prompts = prompt_batch(AutoTokenizer.from_pretrained(model_dir), PROMPTS)
         steps = []
         for _ in range(2):
             _, sync = ppo_update(group, prompts)
