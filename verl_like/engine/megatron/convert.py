@@ -28,6 +28,18 @@ from verl_like.shapes.layout import Box
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 
+# One decoder layer's names, HF (under `model.layers.{i}.`) -> Megatron (under `decoder.layers.{local i}.`): the
+# tensors that map one to one, then the fused ones (Megatron's one tensor from several HF tensors, in this order).
+LAYER_NAMES = {
+    "input_layernorm.weight": "input_layernorm.weight",
+    "self_attn.o_proj.weight": "self_attention.linear_proj.weight",
+    "post_attention_layernorm.weight": "pre_mlp_layernorm.weight",
+    "mlp.down_proj.weight": "mlp.linear_fc2.weight",
+}
+QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")  # + ".weight" / ".bias"
+QKV_MEGATRON = "self_attention.linear_qkv"  # + ".weight" / ".bias": `[q of g | k_g | v_g]` per KV group
+FC1_MEGATRON, FC1 = "mlp.linear_fc1.weight", ("mlp.gate_proj.weight", "mlp.up_proj.weight")  # `[gate; up]`
+
 
 def model_shape(hf_config: Any, value_head: bool = False) -> DecoderShape:
     """The DecoderShape of a HF Qwen2 / Llama config; raises for other families."""
@@ -166,16 +178,11 @@ def hf_to_megatron(
         def piece(name: str) -> torch.Tensor:
             return _cut(hf_state[hf + name], boxes[hf + name])  # noqa: B023 - used inside this iteration only
 
-        out[mg + "input_layernorm.weight"] = piece("input_layernorm.weight")
-        out[mg + "self_attention.linear_qkv.weight"] = _qkv(
-            shape, piece("self_attn.q_proj.weight"), piece("self_attn.k_proj.weight"), piece("self_attn.v_proj.weight"))
-        if shape.qkv_bias:
-            out[mg + "self_attention.linear_qkv.bias"] = _qkv(
-                shape, piece("self_attn.q_proj.bias"), piece("self_attn.k_proj.bias"), piece("self_attn.v_proj.bias"))
-        out[mg + "self_attention.linear_proj.weight"] = piece("self_attn.o_proj.weight")
-        out[mg + "pre_mlp_layernorm.weight"] = piece("post_attention_layernorm.weight")
-        out[mg + "mlp.linear_fc1.weight"] = torch.cat([piece("mlp.gate_proj.weight"), piece("mlp.up_proj.weight")])
-        out[mg + "mlp.linear_fc2.weight"] = piece("mlp.down_proj.weight")
+        for hf_name, mg_name in LAYER_NAMES.items():
+            out[mg + mg_name] = piece(hf_name)
+        for kind in ("weight", "bias") if shape.qkv_bias else ("weight",):
+            out[mg + f"{QKV_MEGATRON}.{kind}"] = _qkv(shape, *(piece(f"{name}.{kind}") for name in QKV))
+        out[mg + FC1_MEGATRON] = torch.cat([piece(name) for name in FC1])
     if last_chunk:
         out["decoder.final_layernorm.weight"] = hf_state["model.norm.weight"]
         if shape.value_head:
@@ -209,19 +216,13 @@ def megatron_to_hf(
     for local, layer in enumerate(chunk_layers(shape.num_hidden_layers, pp, pp_rank, vpp, vp_stage)):
         hf = f"model.layers.{layer}."
         mg = f"decoder.layers.{local}."
-        q, k, v = _split_qkv(shape, mg_state[mg + "self_attention.linear_qkv.weight"])
-        out[hf + "self_attn.q_proj.weight"], out[hf + "self_attn.k_proj.weight"] = q, k
-        out[hf + "self_attn.v_proj.weight"] = v
-        if shape.qkv_bias:
-            q, k, v = _split_qkv(shape, mg_state[mg + "self_attention.linear_qkv.bias"])
-            out[hf + "self_attn.q_proj.bias"], out[hf + "self_attn.k_proj.bias"] = q, k
-            out[hf + "self_attn.v_proj.bias"] = v
-        out[hf + "self_attn.o_proj.weight"] = mg_state[mg + "self_attention.linear_proj.weight"]
-        gate, up = mg_state[mg + "mlp.linear_fc1.weight"].chunk(2)
-        out[hf + "mlp.gate_proj.weight"], out[hf + "mlp.up_proj.weight"] = gate, up
-        out[hf + "mlp.down_proj.weight"] = mg_state[mg + "mlp.linear_fc2.weight"]
-        out[hf + "input_layernorm.weight"] = mg_state[mg + "input_layernorm.weight"]
-        out[hf + "post_attention_layernorm.weight"] = mg_state[mg + "pre_mlp_layernorm.weight"]
+        for kind in ("weight", "bias") if shape.qkv_bias else ("weight",):
+            for name, part in zip(QKV, _split_qkv(shape, mg_state[mg + f"{QKV_MEGATRON}.{kind}"])):
+                out[hf + f"{name}.{kind}"] = part
+        for name, part in zip(FC1, mg_state[mg + FC1_MEGATRON].chunk(len(FC1))):
+            out[hf + name] = part
+        for hf_name, mg_name in LAYER_NAMES.items():
+            out[hf + hf_name] = mg_state[mg + mg_name]
     if "decoder.final_layernorm.weight" in mg_state:
         out["model.norm.weight"] = mg_state["decoder.final_layernorm.weight"]
         if shape.value_head:
