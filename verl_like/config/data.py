@@ -17,6 +17,13 @@ def is_synthetic(path: str) -> bool:
     return path.startswith(SYNTHETIC_PREFIX)
 
 
+def data_files(data: "DataConfig") -> list[tuple[str, str]]:
+    """(key, path) of every data file the config names that is read from disk (not a `synthetic:` task): the train
+    files under "data.train_files", then the validation files under "data.val_files"."""
+    return [(key, path) for key, files in (("data.train_files", data.train_files), ("data.val_files", data.val_files))
+            for path in files if not is_synthetic(path)]
+
+
 def _as_files(key: str, value: str | tuple[str, ...]) -> tuple[str, ...]:
     files = (value,) if isinstance(value, str) else tuple(value)
     for path in files:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from verl_like.config.agents import check_agent_loops
-from verl_like.config.data import SUPPORTED_SUFFIXES, is_synthetic
+from verl_like.config.data import SUPPORTED_SUFFIXES, data_files, is_synthetic
 from verl_like.config.distillation import check_distillation
 from verl_like.config.derived import GROUP_ESTIMATORS, VALUE_ESTIMATORS, uses_critic
 from verl_like.config.errors import ConfigError
@@ -89,15 +89,11 @@ def validate(config: PPOConfig, *, check_paths: bool = True) -> list[str]:
 
 def data_file_type_errors(config: PPOConfig) -> list[str]:
     """One message per data file of a type the loader cannot read (existence is checked by _check_paths)."""
-    errors = []
-    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
-        for path in files:
-            if not is_synthetic(path) and Path(path).suffix not in SUPPORTED_SUFFIXES:
-                errors.append(
-                    f"{key}: {path!r} is a {Path(path).suffix or 'suffix-less'} file; verl_like reads "
-                    f"{' and '.join(SUPPORTED_SUFFIXES)} (examples/data_preprocess/ writes parquet), or 'synthetic:<task>'"
-                )
-    return errors
+    return [
+        f"{key}: {path!r} is a {Path(path).suffix or 'suffix-less'} file; verl_like reads "
+        f"{' and '.join(SUPPORTED_SUFFIXES)} (examples/data_preprocess/ writes parquet), or 'synthetic:<task>'"
+        for key, path in data_files(config.data) if Path(path).suffix not in SUPPORTED_SUFFIXES
+    ]
 
 
 def check_data_file_types(config: PPOConfig) -> None:
@@ -275,13 +271,12 @@ def _check_paths(config: PPOConfig) -> None:
     critic_path = config.critic.model.path
     if uses_critic(config) and critic_path and not is_builtin_model(critic_path):
         _require_dir("critic.model.path", critic_path, "a local HF model directory (null: the actor's)")
-    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
-        for path in files:
-            if not is_synthetic(path) and not Path(path).expanduser().is_file():
-                raise ConfigError(
-                    f"{key}: {path!r} does not exist; give parquet/jsonl files (see examples/data_preprocess/) or "
-                    "'synthetic:<task>'"
-                )
+    for key, path in data_files(config.data):
+        if not Path(path).expanduser().is_file():
+            raise ConfigError(
+                f"{key}: {path!r} does not exist; give parquet/jsonl files (see examples/data_preprocess/) or "
+                "'synthetic:<task>'"
+            )
     reward_fn = config.custom_reward_function.path
     if reward_fn and not Path(reward_fn).expanduser().is_file():
         raise ConfigError(f"custom_reward_function.path={reward_fn!r} does not exist; point it at a Python file")

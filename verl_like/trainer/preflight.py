@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from verl_like.config.data import is_synthetic
+from verl_like.config.data import data_files
 from verl_like.config.errors import ConfigError
 from verl_like.config.pools import cluster_processes, cluster_summary
 from verl_like.config.ppo import PPOConfig
@@ -217,8 +217,8 @@ def check_image_data(config: PPOConfig) -> None:
     a placeholder count unequal to the image count is refused naming the row (data/vision.py)."""
     from verl_like.data.vision import check_image_rows
 
-    for files in (config.data.train_files, config.data.val_files):
-        readable = [path for path in files if not is_synthetic(path) and Path(path).expanduser().is_file()]
+    for split in ("data.train_files", "data.val_files"):
+        readable = [path for key, path in data_files(config.data) if key == split and Path(path).expanduser().is_file()]
         if readable:
             check_image_rows(readable, config.data)
 
@@ -250,23 +250,22 @@ def check_data_sources_have_scorers(config: PPOConfig) -> None:
     from verl_like.rewards.registry import SCORERS
 
     column = config.data.reward_fn_key
-    for key, files in (("data.train_files", config.data.train_files), ("data.val_files", config.data.val_files)):
-        for path in files:
-            file = Path(path).expanduser()
-            if is_synthetic(path) or not file.is_file():
-                continue
-            try:
-                sources = _data_sources(file, column)
-            except (OSError, ValueError) as err:  # unreadable files are reported with their row by the dataset
-                logger.debug("preflight: could not read %s for its data sources: %s", file, err)
-                continue
-            unknown = sorted((sources or set()) - set(SCORERS))
-            if unknown:
-                raise PreflightError(
-                    f"{key}: {path!r} has rows with data_source {unknown[:5]} (column data.reward_fn_key={column!r}) "
-                    f"that no rule scorer handles, so every such sample would score 0; set custom_reward_function.path "
-                    f"and .name to your scorer, or register one with @register_scorer (registered: {sorted(SCORERS)})"
-                )
+    for key, path in data_files(config.data):
+        file = Path(path).expanduser()
+        if not file.is_file():
+            continue
+        try:
+            sources = _data_sources(file, column)
+        except (OSError, ValueError) as err:  # unreadable files are reported with their row by the dataset
+            logger.debug("preflight: could not read %s for its data sources: %s", file, err)
+            continue
+        unknown = sorted((sources or set()) - set(SCORERS))
+        if unknown:
+            raise PreflightError(
+                f"{key}: {path!r} has rows with data_source {unknown[:5]} (column data.reward_fn_key={column!r}) "
+                f"that no rule scorer handles, so every such sample would score 0; set custom_reward_function.path "
+                f"and .name to your scorer, or register one with @register_scorer (registered: {sorted(SCORERS)})"
+            )
 
 
 def checkpoint_size_estimate(config: PPOConfig) -> int | None:
