@@ -235,50 +235,44 @@ def _start_agent_loops(config: PPOConfig, rollout: Any, actor_rollout: RoleHandl
         actor_rollout.configure_agent_loops(plain, registry_snapshot())
 
 
-def build_components(
-    config: PPOConfig,
-    actor_rollout_worker: type | None = None,
-    actor_rollout_kwargs: dict[str, Any] | None = None,
-    critic_worker: type | None = None,
-    reward_fn: Callable[..., Any] | None = None,
-    reward_model_worker: type | None = None,
-) -> TrainerComponents:
-    """Everything `PPOTrainer` needs, in the order that fails fastest: files and data first, then Ray actors.
+@dataclass
+class DataParts:
+    """What the loop reads before any worker starts: the policy's tokenizer, the prompt loaders, the step count and
+    the reward manager (its scoring processes, when reward_model.scoring_workers > 0)."""
 
-    The *_worker classes replace the default role classes (subclasses of ActorRolloutWorker, CriticWorker,
-    RewardModelWorker); the reward-model role runs only with reward_model.enable.
-    """
+    tokenizer: Any
+    train_loader: Any
+    val_loader: Any
+    total_steps: int
+    reward_manager: Any
+
+
+def build_data(config: PPOConfig, model_path: str, reward_fn: Callable[..., Any] | None = None) -> DataParts:
+    """Tokenizer, the checks that need it (chat template for agent loops, the reward model's tokenizer), datasets
+    and loaders, and the reward manager: everything that fails on the user's files before a Ray actor starts."""
     from transformers import AutoTokenizer
 
+    from verl_like.config.tokenizer_check import check_same_tokenizer
     from verl_like.data.dataset import RLDataset
     from verl_like.data.loader import PromptLoader
     from verl_like.data.synthetic import resolve_data_files
+    from verl_like.data.vision import check_vision_config, load_processor
     from verl_like.rewards.custom import load_custom_function
     from verl_like.rewards.manager import RewardManager
-    from verl_like.workers.actor_rollout import ActorRolloutWorker
-    from verl_like.workers.critic import CriticWorker
-    from verl_like.workers.custom_worker import accepts_keyword, adapt_worker_class
-    from verl_like.config.tokenizer_check import check_same_tokenizer
-    from verl_like.workers.reward_model import RewardModelWorker
 
-    derived = config.derived
-    model_path = resolve_model_path(config)
     model = config.actor_rollout_ref.model
     tokenizer = AutoTokenizer.from_pretrained(
         model.tokenizer_path or model_path, trust_remote_code=model.trust_remote_code
     )
-    agents = uses_agent_loops(config.actor_rollout_ref.rollout)
-    if agents:  # before any worker starts: a template that rewrites history would corrupt every trajectory
+    if uses_agent_loops(config.actor_rollout_ref.rollout):  # a template that rewrites history corrupts trajectories
         from verl_like.experimental.agent_loop.engine_rollout import check_chat_template
         from verl_like.experimental.agent_loop.runner import agent_config_view
 
         check_chat_template(tokenizer, agent_config_view(config))
-    if derived.use_reward_model:  # before any worker starts
+    if config.derived.use_reward_model:
         rm_model = config.reward_model.model
         check_same_tokenizer(tokenizer, rm_model.path, trust_remote_code=rm_model.trust_remote_code)
     data_dir = cache_dir() / "data"
-    from verl_like.data.vision import check_vision_config, load_processor
-
     processor = load_processor(model.tokenizer_path or model_path, model.trust_remote_code)  # None: text model
     train_set = RLDataset(resolve_data_files(config.data.train_files, data_dir), tokenizer, config.data, processor,
                           model_path)
@@ -304,9 +298,124 @@ def build_components(
         error_policy=config.reward_model.error_policy,
         max_error_fraction=config.reward_model.max_error_fraction,
     )
+    return DataParts(tokenizer, train_loader, val_loader, total_steps, reward_manager)
+
+
+def role_specs(
+    config: PPOConfig,
+    model_path: str,
+    data: DataParts,
+    actor_rollout_worker: type | None = None,
+    actor_rollout_kwargs: dict[str, Any] | None = None,
+    critic_worker: type | None = None,
+    reward_model_worker: type | None = None,
+) -> tuple[dict[str, RoleSpec], dict[str, tuple[RoleSpec, Any]]]:
+    """The roles of the trainer's one process per rank (actor+rollout+reference, and the critic, reward model and
+    teacher where colocated), and the roles on pools of their own (name -> (spec, its pool's config))."""
+    from verl_like.workers.actor_rollout import ActorRolloutWorker
+    from verl_like.workers.critic import CriticWorker
+    from verl_like.workers.custom_worker import accepts_keyword, adapt_worker_class
+    from verl_like.workers.reward_model import RewardModelWorker
+
+    derived = config.derived
+    topology = derived.topology  # decided once here; each role registers its meshes from its part
+    actor_rollout_cls = adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker
+    # A user's worker with a constructor of its own that lists the framework's arguments may predate `topology`;
+    # it then computes the same layouts itself (config/topology.actor_group_topology).
+    actor_rollout_topology = {"topology": topology} if accepts_keyword(actor_rollout_cls, "topology") else {}
+    roles = {
+        "actor_rollout": RoleSpec(
+            actor_rollout_cls,  # issue 16
+            kwargs={
+                "model_path": model_path,
+                "actor": config.actor_rollout_ref.actor,
+                "rollout": config.actor_rollout_ref.rollout,
+                "ref": config.actor_rollout_ref.ref if derived.use_reference_policy else None,
+                "total_training_steps": data.total_steps,
+                "seed": config.data.seed,
+                "model": config.actor_rollout_ref.model,
+                **actor_rollout_topology,
+                **(actor_rollout_kwargs or {}),
+            },
+        )
+    }
+    if derived.use_critic:
+        critic_cls = critic_worker or CriticWorker
+        roles["critic"] = RoleSpec(
+            critic_cls,
+            kwargs={
+                "config": config.critic,
+                "model_path": config.critic.model.path or model_path,
+                "rollout_n": config.actor_rollout_ref.rollout.n,
+                "total_training_steps": data.total_steps,
+                **({"topology": topology.critic} if accepts_keyword(critic_cls, "topology") else {}),
+            },
+        )
+    if derived.use_reward_model:
+        roles["reward_model"] = RoleSpec(
+            reward_model_worker or RewardModelWorker,
+            kwargs={"config": config.reward_model, "seed": config.data.seed},
+        )
+    own: dict[str, tuple[RoleSpec, Any]] = {}
+    for name, pool_config in (("critic", config.critic_pool), ("reward_model", config.reward_model_pool)):
+        if name in roles and not pool_config.colocated:
+            own[name] = (roles.pop(name), pool_config)
+    if config.distillation.enable:
+        from verl_like.trainer.distillation_setup import teacher_role
+
+        roles["teacher"] = teacher_role(config, data.tokenizer, cache_dir() / "models")
+    return roles, own
+
+
+def _start_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandle, tokenizer: Any, pending: Any,
+                   pool: ResourcePool, startup: dict[str, float], launched: LaunchedServers | None) -> RolloutHandle:
+    """The rollout side once the trainer's workers run: the servers (started here, or `launched` early) linked and
+    synced, or the colocated engines built; then the agent loops where configured. Owns `launched` from here (a
+    failure releases it)."""
+    if config.placement.uses_servers:
+        with phase("building the trainer's models, starting the vLLM servers, first sync", log=logger):
+            rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup, launched)
+    else:
+        with phase("building the trainer's models and rollout engines", log=logger):
+            startup.update(slowest_rank(pending.result()))
+        rollout = ColocatedRollout(actor_rollout)
+    if uses_agent_loops(config.actor_rollout_ref.rollout):
+        try:
+            _start_agent_loops(config, rollout, actor_rollout, tokenizer)
+        except BaseException:
+            rollout.close()
+            raise
+    return rollout
+
+
+def build_components(
+    config: PPOConfig,
+    actor_rollout_worker: type | None = None,
+    actor_rollout_kwargs: dict[str, Any] | None = None,
+    critic_worker: type | None = None,
+    reward_fn: Callable[..., Any] | None = None,
+    reward_model_worker: type | None = None,
+) -> TrainerComponents:
+    """Everything `PPOTrainer` needs, in the order that fails fastest: files and data first (`build_data`), then
+    the roles (`role_specs`), their pools and worker processes, then the rollout side (`_start_rollout`).
+
+    The *_worker classes replace the default role classes (subclasses of ActorRolloutWorker, CriticWorker,
+    RewardModelWorker); the reward-model role runs only with reward_model.enable.
+    """
+    derived = config.derived
+    model_path = resolve_model_path(config)
+    model = config.actor_rollout_ref.model
+    data = build_data(config, model_path, reward_fn)
+    tokenizer, reward_manager = data.tokenizer, data.reward_manager
 
     trainer = config.trainer
     started = time.perf_counter()
+    try:
+        roles, own = role_specs(config, model_path, data, actor_rollout_worker, actor_rollout_kwargs, critic_worker,
+                                reward_model_worker)
+    except BaseException:
+        reward_manager.close()
+        raise
     pool = ResourcePool.create(
         [trainer.n_gpus_per_node] * trainer.nnodes,
         device=resolve_device(trainer.device),
@@ -317,53 +426,6 @@ def build_components(
     pool_ready = time.perf_counter()
     launched = None
     try:
-        topology = derived.topology  # decided once here; each role registers its meshes from its part
-        actor_rollout_cls = adapt_worker_class(actor_rollout_worker) if actor_rollout_worker else ActorRolloutWorker
-        # A user's worker with a constructor of its own that lists the framework's arguments may predate `topology`;
-        # it then computes the same layouts itself (config/topology.actor_group_topology).
-        actor_rollout_topology = {"topology": topology} if accepts_keyword(actor_rollout_cls, "topology") else {}
-        roles = {
-            "actor_rollout": RoleSpec(
-                actor_rollout_cls,  # issue 16
-                kwargs={
-                    "model_path": model_path,
-                    "actor": config.actor_rollout_ref.actor,
-                    "rollout": config.actor_rollout_ref.rollout,
-                    "ref": config.actor_rollout_ref.ref if derived.use_reference_policy else None,
-                    "total_training_steps": total_steps,
-                    "seed": config.data.seed,
-                    "model": model,
-                    **actor_rollout_topology,
-                    **(actor_rollout_kwargs or {}),
-                },
-            )
-        }
-        critic_path = config.critic.model.path or model_path
-        own: dict[str, tuple[RoleSpec, Any]] = {}  # roles on pools of their own (critic_pool, reward_model_pool)
-        if derived.use_critic:
-            critic_cls = critic_worker or CriticWorker
-            roles["critic"] = RoleSpec(
-                critic_cls,
-                kwargs={
-                    "config": config.critic,
-                    "model_path": critic_path,
-                    "rollout_n": config.actor_rollout_ref.rollout.n,
-                    "total_training_steps": total_steps,
-                    **({"topology": topology.critic} if accepts_keyword(critic_cls, "topology") else {}),
-                },
-            )
-        if derived.use_reward_model:
-            roles["reward_model"] = RoleSpec(
-                reward_model_worker or RewardModelWorker,
-                kwargs={"config": config.reward_model, "seed": config.data.seed},
-            )
-        for name, pool_config in (("critic", config.critic_pool), ("reward_model", config.reward_model_pool)):
-            if name in roles and not pool_config.colocated:
-                own[name] = (roles.pop(name), pool_config)
-        if config.distillation.enable:
-            from verl_like.trainer.distillation_setup import teacher_role
-
-            roles["teacher"] = teacher_role(config, tokenizer, cache_dir() / "models")
         # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
         placement = config.placement
         launched = _launch_servers(config, model_path, None) if placement.servers_start_early else None
@@ -409,17 +471,8 @@ def build_components(
             handles[name] = groups[-1].role(name)
         critic, reward_model = handles.get("critic"), handles.get("reward_model")
         teacher = group.role("teacher") if config.distillation.enable else None
-        if placement.uses_servers:
-            # From here _server_rollout owns the launched servers (it releases them if it fails).
-            early, launched = launched, None
-            with phase("building the trainer's models, starting the vLLM servers, first sync", log=logger):
-                rollout = _server_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup, early)
-        else:
-            with phase("building the trainer's models and rollout engines", log=logger):
-                startup.update(slowest_rank(pending.result()))
-            rollout = ColocatedRollout(actor_rollout)
-        if agents:
-            _start_agent_loops(config, rollout, actor_rollout, tokenizer)
+        early, launched = launched, None  # from here _start_rollout owns the servers launched early
+        rollout = _start_rollout(config, model_path, actor_rollout, tokenizer, pending, pool, startup, early)
         for role in (critic, reward_model, teacher):
             if role is not None:
                 role.init_model()
@@ -435,17 +488,18 @@ def build_components(
             each.remove()
         reward_manager.close()
         raise
+    critic_path = config.critic.model.path or model_path
     return TrainerComponents(
         actor_rollout=actor_rollout,
         rollout=rollout,
         critic=critic,
         reward_manager=reward_manager,
-        train_loader=train_loader,
-        val_loader=val_loader,
+        train_loader=data.train_loader,
+        val_loader=data.val_loader,
         needs_reference=derived.use_reference_policy,
         world_size=derived.world_size,
         actor_dp_size=derived.actor_dp_size,
-        total_training_steps=total_steps,
+        total_training_steps=data.total_steps,
         reward_model=reward_model,
         teacher=teacher,
         tokenizer=tokenizer,
