@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from verl_like.models.tiny import write_folder_atomically
-from verl_like.models.tiny_vlm import folder_built_from, tokenizer_with, vision_spec_hash
+from verl_like.models.tiny_vlm import folder_built_from, text_model_fields, tokenizer_with, vision_spec_hash
 
 logger = logging.getLogger(__name__)
 
@@ -87,17 +87,8 @@ def build_qwen_vl_tokenizer():
 def model_config(spec: TinyQwenVLSpec, tokenizer):
     """The HF config (Qwen2VLConfig or Qwen2_5_VLConfig) of `spec` over `tokenizer`'s vocabulary."""
     text = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": spec.hidden_size,
-        "num_hidden_layers": spec.num_hidden_layers,
-        "num_attention_heads": spec.num_attention_heads,
-        "num_key_value_heads": spec.num_key_value_heads,
-        "intermediate_size": spec.intermediate_size,
-        "max_position_embeddings": spec.max_position_embeddings,
+        **text_model_fields(spec, tokenizer),
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": list(spec.mrope_section)},
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
     }
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
         ("vision_start_token_id", VISION_START), ("vision_end_token_id", VISION_END), ("image_token_id", IMAGE_PAD),

@@ -88,6 +88,22 @@ def vision_spec_hash(spec: Any, vision_tokens: tuple[str, ...]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def text_model_fields(spec, tokenizer) -> dict:
+    """The language model's config fields shared by the tiny VLMs' specs (sizes, and the ids of `tokenizer`)."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": spec.hidden_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "intermediate_size": spec.intermediate_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
 def tokenizer_with(vision_tokens: tuple[str, ...]):
     """The tiny character tokenizer with `vision_tokens` appended as special tokens."""
     tokenizer = build_tokenizer("chars")
@@ -138,16 +154,7 @@ def _model_config(spec: TinyVLMSpec, tokenizer):
         },
         text_config={
             "model_type": "llama",
-            "vocab_size": len(tokenizer),
-            "hidden_size": spec.hidden_size,
-            "num_hidden_layers": spec.num_hidden_layers,
-            "num_attention_heads": spec.num_attention_heads,
-            "num_key_value_heads": spec.num_key_value_heads,
-            "intermediate_size": spec.intermediate_size,
-            "max_position_embeddings": spec.max_position_embeddings,
-            "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": tokenizer.pad_token_id,
+            **text_model_fields(spec, tokenizer),
             "tie_word_embeddings": False,
         },
         scale_factor=spec.scale_factor,
