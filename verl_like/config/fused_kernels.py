@@ -37,7 +37,7 @@ def choose_fused_kernels(device: str, strategy: str, model_type: str | None) -> 
     """Auto's decision for trainer.device `device`, the actor's canonical `strategy` and the model's HF
     `model_type` (None: unknown, e.g. no readable config.json)."""
     if device != "cuda":
-        return FusedKernelsChoice(False, f"trainer.device={device} (the kernels are Triton, CUDA only)")
+        return FusedKernelsChoice(False, f"trainer.device={device} (the fused kernels run on CUDA only)")
     if strategy != "fsdp2":
         return FusedKernelsChoice(False, f"actor.strategy={strategy} (its engine builds its own layers)")
     if model_type not in FUSED_MODEL_TYPES:
