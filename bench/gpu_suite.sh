@@ -36,6 +36,9 @@
 #   bash bench/gpu_suite.sh defaults_1gpu  # issue #30 goal 2: the TRL workload with the defaults (no budget or
 #                                          # fused-kernel flag: auto fused kernels, budgets sized from free memory),
 #                                          # then the fused + 65,536 run it is compared with, same hold; GPU test
+#   bash bench/gpu_suite.sh ratios_a  # issue #30 goal 1, one hold of three calls (a, b, c back to back): TRL 0.5B
+#   bash bench/gpu_suite.sh ratios_b  # (3 configurations) and our 0.5B sync | our 0.5B staleness 1, TRL 1.5B, our
+#   bash bench/gpu_suite.sh ratios_c  # 1.5B sync | our 1.5B staleness 1, the defaults' GPU tests
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -262,8 +265,44 @@ defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on 
   run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
     --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
   ;;
+ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations and ours, one hold, three calls
+  # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
+  #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
+  # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
+  # c: our staleness-1 1.5B step, then the GPU tests of the defaults (token budget, main_ppo)
+  TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --steps "${RATIO_STEPS:-4}" --workdir "$WORK")
+  OURS=(python bench/step_throughput.py "${TRL[@]}" --gpu-memory-utilization 0.3)
+  ASYNC=(--mode server --staleness 1 --max-tokens-per-gpu 32768)
+  trl_ready() {
+    [ -d /tmp/trl_extra/trl ] || python -m pip install -q --no-deps --no-index --no-compile --target /tmp/trl_extra \
+      .whl/trl/*.whl >"$OUT/trl_install.log" 2>&1
+  }
+  trl_run() {  # NAME MODEL LIMIT FLAGS...: TRL's GRPOTrainer (/tmp/trl_extra last on the path: it shadows nothing)
+    local name=$1 model=$2 limit=$3; shift 3
+    trl_ready || { echo "== $name skipped: installing .whl/trl failed"; tail -n 5 "$OUT/trl_install.log"; return; }
+    run "$name" "$limit" 0 env PYTHONPATH="$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/trl_extra" \
+      python bench/trl_grpo_baseline.py --model "$model" "${TRL[@]}" --gpu-memory-utilization 0.3 "$@"
+  }
+  case "$1" in
+  ratios_a)
+    trl_run trl_0.5b_fp32_is qwen2.5-0.5b 200
+    trl_run trl_0.5b_fp32 qwen2.5-0.5b 200 --no-is-correction
+    trl_run trl_0.5b_bf16 qwen2.5-0.5b 200 --no-is-correction --model-dtype bfloat16
+    run step_0.5b_sync 230 0 "${OURS[@]}" --model qwen2.5-0.5b
+    ;;
+  ratios_b)
+    run step_0.5b_async1 280 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}"
+    trl_run trl_1.5b_fp32 qwen2.5-1.5b 230 --no-is-correction
+    run step_1.5b_sync 240 0 "${OURS[@]}" --model qwen2.5-1.5b
+    ;;
+  ratios_c)
+    run step_1.5b_async1 300 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
+    run gpu_tests_defaults 260 0 "${PYTEST[@]}" tests/gpu/test_token_budget_gpu.py tests/gpu/test_main_ppo_gpu.py
+    ;;
+  esac
+  ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c" >&2
   exit 2
   ;;
 esac

@@ -52,7 +52,6 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocab, tied embeddings
@@ -108,36 +107,43 @@ def write_prompts(path: Path, rows: int, prompt_len: int) -> Path:
 
 
 class MemorySampler:
-    """Peak memory.used (MiB) of each GPU in CUDA_VISIBLE_DEVICES (all if unset), from nvidia-smi every 0.2 s."""
+    """Peak memory.used (MiB) of each GPU in CUDA_VISIBLE_DEVICES (all if unset), sampled every 0.2 s by one
+    `nvidia-smi -lms` process writing to a file, read when the block ends: nothing runs in the benchmarked process
+    (TRL's vLLM engine shares its interpreter, so a polling thread there would compete with its scheduler)."""
 
     def __init__(self) -> None:
         self.peak_mib: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
         self.enabled = shutil.which("nvidia-smi") is not None
-        self._command = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        self._command = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-lms", "200"]
         if os.environ.get("CUDA_VISIBLE_DEVICES"):  # only this run's GPUs (another run may share the machine)
             self._command.append(f"--id={os.environ['CUDA_VISIBLE_DEVICES']}")
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                out = subprocess.run(self._command, capture_output=True, text=True, timeout=10).stdout
-                used = [int(line) for line in out.split()]
-                self.peak_mib = [max(a, b) for a, b in zip(self.peak_mib, used)] if self.peak_mib else used
-            except (subprocess.SubprocessError, ValueError):
-                pass
-            self._stop.wait(0.2)
+        self._log = None
+        self._process: subprocess.Popen | None = None
 
     def __enter__(self) -> MemorySampler:
         if self.enabled:
-            self._thread.start()
+            self._log = tempfile.TemporaryFile(mode="w+")
+            self._process = subprocess.Popen(self._command, stdout=self._log, stderr=subprocess.DEVNULL)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self.enabled:
-            self._thread.join()
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+        self._log.seek(0)
+        peaks: dict[int, int] = {}
+        for line in self._log:
+            try:
+                index, used = (int(field) for field in line.split(","))
+            except ValueError:  # a line cut short by terminate()
+                continue
+            peaks[index] = max(peaks.get(index, 0), used)
+        self._log.close()
+        self.peak_mib = [peaks[index] for index in sorted(peaks)]
 
 
 def update_flops(shape: dict, prompt_len: int, response_len: int, sequences: int) -> float:
@@ -226,8 +232,10 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
         phases = {**phases, "gen_wait": "rollout_wait"}
         for record in measured:
             record["timing_s/gen"] = record["async/generate_s"]
-    seconds = {label: median(f"timing_s/{key}") for key, label in phases.items()}
+    # old_log_prob is absent where the update's own forward gave the old log-probs (recompute_old_log_prob auto)
+    seconds = {label: median(f"timing_s/{key}") for key, label in phases.items() if f"timing_s/{key}" in measured[0]}
     step_s = median("timing_s/step")
+    log_prob_s = seconds.get("log_probs")
     gpus = args.gpus
     flops = update_flops(shape, args.prompt_len, args.response_len, args.prompts * args.n)
     sync_bytes = median("weight_sync/model_bytes") if "weight_sync/model_bytes" in measured[0] else float("nan")
@@ -237,12 +245,13 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
         "share": {label: s / step_s for label, s in seconds.items()},
         "tokens_per_s_per_gpu": {
             "rollout": generated / seconds["rollout"] / gpus,
-            "log_probs": tokens / seconds["log_probs"] / gpus,
+            "log_probs": tokens / log_prob_s / gpus if log_prob_s else None,
             "update": tokens / seconds["update"] / gpus,
             "step": tokens / step_s / gpus,
         },
         "update_mfu": flops / seconds["update"] / gpus / (args.peak_tflops * 1e12),
-        "log_prob_mfu": flops / 3 / seconds["log_probs"] / gpus / (args.peak_tflops * 1e12),
+        "log_prob_mfu": flops / 3 / log_prob_s / gpus / (args.peak_tflops * 1e12) if log_prob_s else None,
+        "old_log_prob_forward": log_prob_s is not None,
         "weight_sync_gb_per_s": sync_bytes / seconds["weight_sync"] / 1e9,
         "weight_sync_gb": sync_bytes / 1e9,
         # LoRA: what each sync after the first moved (the adapter's bytes; the base went once)
@@ -362,6 +371,7 @@ def main() -> None:
         # What the defaults resolved to (config/fused_kernels.py, engine/token_budget.py) or the flags set.
         "max_tokens_per_gpu": args.max_tokens_per_gpu,
         "use_fused_kernels": config.actor_rollout_ref.actor.use_fused_kernels,
+        "recompute_old_log_prob": config.actor_rollout_ref.actor.recompute_old_log_prob,
         "token_budgets": {key: value for key, value in records[0].items() if key.endswith("token_budget")},
         "sleep_level": config.actor_rollout_ref.rollout.sleep_level,
         "launch_to_first_rollout_s": marks["first_rollout_done"] - launch_start,

@@ -4,8 +4,16 @@ The same random-weight Qwen2.5-shaped checkpoint and byte-level tokenizer (`buil
 (`write_prompts`: exactly `--prompt-len` tokens) and the same reward (`compute_score`: parity of the response text)
 as our bench, imported from it. Per step: `--prompts` x `--n` completions of exactly `--response-len` tokens (vLLM's
 `ignore_eos`), one optimizer step over all of them (per-device batch x gradient accumulation = prompts x n), no KL
-term (beta 0, so no reference model), gradient checkpointing, fp32 master weights with bf16 autocast (TRL's default
-dtype when it loads a model by path), vLLM colocated in the trainer's process with CUDA graphs.
+term (beta 0, so no reference model), gradient checkpointing, bf16 autocast, vLLM colocated in the trainer's
+process with CUDA graphs, lr 1e-6, transformers' sdpa attention.
+
+TRL's configuration as issue #30 ran it, in its variants (each a flag, so that one hold can run them all):
+`per_device_train_batch_size=--per-device-batch` (32) with `gradient_accumulation_steps = steps_per_generation =
+prompts x n / 32` (8: one generation and one optimizer step per step), the model loaded in float32 (fp32 master
+weights, TRL's default dtype when it loads a model by path) or in bfloat16 (`--model-dtype bfloat16`), and TRL's vLLM
+importance-sampling correction on (its default: one more forward over the batch for the old log-probs) or off
+(`--no-is-correction`: TRL then takes the old log-probs from the loss's own forward, its fastest configuration on
+this workload; ours does the same by default, actor.recompute_old_log_prob auto).
 
 Where TRL's step differs from ours (its defaults, kept so that this measures TRL as users run it):
 - Attention: transformers' sdpa on padded rows; ours packs rows (varlen). All rows have the same length here.
@@ -126,6 +134,9 @@ def grpo_config(args: argparse.Namespace, run_dir: Path, device: str):
         max_steps=args.steps,
         per_device_train_batch_size=args.per_device_batch,
         gradient_accumulation_steps=completions // args.per_device_batch,  # one optimizer step per generation batch
+        steps_per_generation=completions // args.per_device_batch,  # one generation per optimizer step
+        model_init_kwargs={"dtype": args.model_dtype, "attn_implementation": args.attn},
+        vllm_importance_sampling_correction=args.is_correction,
         num_generations=args.n,
         num_iterations=1,
         max_completion_length=args.response_len,
@@ -189,6 +200,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--per-device-batch", type=int, default=32,
                         help="completions per micro-batch; gradient accumulation = prompts x n / this")
+    parser.add_argument("--model-dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="dtype TRL loads the policy in: float32 = fp32 master weights (TRL's default)")
+    parser.add_argument("--attn", default="sdpa", help="transformers' attn_implementation of the policy")
+    parser.add_argument("--no-is-correction", dest="is_correction", action="store_false",
+                        help="TRL's vllm_importance_sampling_correction off (no separate old-log-prob forward)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="vLLM's share of the GPU")
     parser.add_argument("--vllm-sleep", action="store_true", help="TRL's vllm_enable_sleep_mode (off by default)")
     parser.add_argument("--workdir", default=None, help="models and data (shared with step_throughput.py)")
@@ -244,6 +260,8 @@ def main() -> None:
         "use_vllm": trainer.args.use_vllm, "vllm_mode": trainer.args.vllm_mode, "enforce_eager": False,
         "vllm_sleep": args.vllm_sleep, "gpu_memory_utilization": args.gpu_memory_utilization,
         "master_dtype": str(next(trainer.model.parameters()).dtype), "bf16_autocast": trainer.args.bf16,
+        "model_dtype": args.model_dtype, "steps_per_generation": trainer.args.steps_per_generation,
+        "vllm_importance_sampling_correction": trainer.args.vllm_importance_sampling_correction,
         "attn_implementation": trainer.model.config._attn_implementation, "loss_type": trainer.args.loss_type,
         "process_start_to_trainer_s": start - PROCESS_START, "trainer_init_s": trainer_ready - start,
         "peak_memory_gib": [m / 1024 for m in memory.peak_mib],

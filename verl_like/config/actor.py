@@ -275,6 +275,11 @@ class ActorConfig:
         (16,384); a number is used as given.
       ppo_epochs: passes over the batch per update; shuffle: shuffle the rows before each pass (the same
         permutation on every rank, seeded by data_loader_seed, the update's step and the epoch).
+      recompute_old_log_prob: the old log-probs' own forward over the batch before the update. null (auto) skips it
+        when the update is one optimizer step over the batch (ppo_epochs=1, ppo_mini_batch_size =
+        data.train_batch_size) and nothing reads them before it (no use_kl_in_reward, no rollout_is): that step's
+        forward gives them (config/old_log_prob.py, decided once on the driver); true always runs it; false skips it
+        and is refused where it cannot.
     Loss
       clip_ratio: default of clip_ratio_low / clip_ratio_high when those are null.
       clip_ratio_low / clip_ratio_high: ratio clipped to [1 - low, 1 + high] (DAPO's clip-higher: high > low).
@@ -305,6 +310,7 @@ class ActorConfig:
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int | None = None
     ppo_epochs: int = 1
+    recompute_old_log_prob: bool | None = None
     shuffle: bool = False
     data_loader_seed: int = 0
     clip_ratio: float = 0.2

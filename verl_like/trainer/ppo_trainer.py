@@ -32,6 +32,7 @@ from verl_like.algorithms import (
     filter_zero_variance_groups,
 )
 from verl_like.config.fused_kernels import resolve_fused_kernels
+from verl_like.config.old_log_prob import resolve_old_log_prob
 from verl_like.protocol import DataProto
 from verl_like.rollout.request import GenerationRequest
 from verl_like.rollout.trajectory import infra_failed_rows
@@ -75,8 +76,8 @@ class PPOTrainer:
         reward_fn: Any = None,
         reward_model_worker: type | None = None,
     ) -> None:
-        # load_config decided a null use_fused_kernels already; a PPOConfig built by hand is decided here.
-        self.config = config = resolve_fused_kernels(config)
+        # load_config decided the null auto keys already; a PPOConfig built by hand is decided here.
+        self.config = config = resolve_old_log_prob(resolve_fused_kernels(config))
         self._actor_rollout_worker = actor_rollout_worker
         self._actor_rollout_kwargs = dict(actor_rollout_kwargs or {})
         self._critic_worker = critic_worker
@@ -378,8 +379,10 @@ class PPOTrainer:
         if cfg.trainer.balance_batch:  # after ReMax, whose greedy pass reads the rollout's group order
             batch, balance_metrics = balance_batch(batch, c.actor_dp_size or c.world_size)
             metrics.update(balance_metrics)
-        with timed(timings, "old_log_prob"):
-            batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
+        if cfg.actor_rollout_ref.actor.recompute_old_log_prob or "rollout_log_probs" not in batch.batch.keys():
+            # (config/old_log_prob.py) else the update's own forward gives them, and the rollout-vs-trainer gap
+            with timed(timings, "old_log_prob"):
+                batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
         if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
             weights, is_metrics = compute_rollout_is_weights(
                 batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],

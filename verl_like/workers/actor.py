@@ -29,9 +29,9 @@ from verl_like.config.actor import ActorConfig
 from verl_like.engine.base import LossFn, TrainEngine
 from verl_like.engine.config import MicroBatching
 from verl_like.engine.model_outputs import response_mask_of
-from verl_like.engine.vision import VISION_TENSOR_KEYS
+from verl_like.engine.vision import VISION_TENSOR_KEYS, rows_with_images
 from verl_like.protocol import DataProto
-from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
+from verl_like.workers.ppo_update import max_entry, mean_metrics, metric_entries, run_ppo_update
 from verl_like.workers.train_request import TrainRequest
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 _MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
 # Policy-loss metrics that are not token means and so are not reduced like them.
 _NOT_TOKEN_MEANS = ("pg_loss", "is_weight_max", "is_weight_min")
+# The rollout-vs-trainer gaps the update reports when its own forward gives the old log-probs (compute_log_prob's
+# rollout/<name>_mean and _max otherwise), over every response token and over the rows with an image.
+_GAPS = ("logprob_diff", "image_logprob_diff")
 
 
 class PPOActor:
@@ -73,9 +76,11 @@ class PPOActor:
     def update_policy(self, batch: DataProto, request: TrainRequest | None = None) -> dict[str, float]:
         """Runs ppo_epochs over shuffled mini-batches of this rank's rows; returns metrics averaged over the steps.
 
-        The batch needs the model inputs, "old_log_probs", "advantages", "ref_log_probs" when use_kl_loss is on,
-        optionally "response_mask" and "rollout_is_weights" (from `compute_rollout_is_weights` on the driver,
-        multiplying the per-token policy loss). `request` (workers/train_request.py; None: the batch's meta_info)
+        The batch needs the model inputs, "old_log_probs" (unless config.recompute_old_log_prob is false: then,
+        where absent, the update's forward gives them, detached, and with "rollout_log_probs" in the batch it
+        reports rollout/logprob_diff_{mean,max} as compute_log_prob does), "advantages", "ref_log_probs" when
+        use_kl_loss is on, optionally "response_mask" and "rollout_is_weights" (from `compute_rollout_is_weights` on
+        the driver, multiplying the per-token policy loss). `request` (workers/train_request.py; None: the batch's meta_info)
         gives the rollout's temperature and the lr_scale (multiplies the learning rate of this update's steps;
         the asynchronous driver's staleness scaling).
         Metrics: actor/pg_loss, actor/pg_clipfrac(_ratio_high, _ratio_low), actor/pg_clipfrac_lower (verl's:
@@ -102,14 +107,16 @@ class PPOActor:
             calculate_entropy=self.config.entropy_coeff != 0,
             lr_scale=request.lr_scale,
         )
-        metrics = mean_metrics(history, "actor")
+        metrics = rollout_gap_metrics(mean_metrics(history, "actor"))
         if self.config.use_kl_loss:
             metrics["actor/kl_coef"] = self.config.kl_loss_coef
         return metrics
 
     def training_rows(self, batch: DataProto) -> DataProto:
         """The batch's rows narrowed to the tensors the PPO update reads, after checking that they are all there."""
-        needed = list(_MODEL_KEYS) + ["old_log_probs", "advantages"]
+        needed = list(_MODEL_KEYS) + ["advantages"]
+        if self.config.recompute_old_log_prob is not False:
+            needed.append("old_log_probs")
         if self.config.use_kl_loss:
             needed.append("ref_log_probs")
         missing = [key for key in needed if key not in batch.batch.keys()]
@@ -120,6 +127,8 @@ class PPOActor:
             )
         optional = [key for key in ("response_mask", "rollout_is_weights", *VISION_TENSOR_KEYS)
                     if key in batch.batch.keys()]
+        if self.config.recompute_old_log_prob is False:
+            optional += [key for key in ("old_log_probs", "rollout_log_probs") if key in batch.batch.keys()]
         return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=[])
 
     def make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
@@ -131,10 +140,16 @@ class PPOActor:
             tensors = micro_batch.batch
             mask = response_mask_of(tensors)
             log_probs = outputs["log_probs"]
+            old_log_probs = tensors.get("old_log_probs", None)
+            gap_shares, gap_peaks = {}, {}
+            if old_log_probs is None:  # one optimizer step over the batch: the weights that are about to update
+                old_log_probs = log_probs.detach()
+                if "rollout_log_probs" in tensors.keys():
+                    gap_shares, gap_peaks = _rollout_gaps(old_log_probs, tensors, mask)
             policy = compute_policy_loss(
                 config.policy_loss.loss_mode,
                 PolicyLossInputs(
-                    old_log_probs=tensors["old_log_probs"],
+                    old_log_probs=old_log_probs,
                     log_probs=log_probs,
                     advantages=tensors["advantages"],
                     response_mask=mask,
@@ -157,6 +172,35 @@ class PPOActor:
                 )
                 loss = loss + config.kl_loss_coef * kl.loss
                 shares["kl_loss"] = kl.metrics["kl_loss"]
-            return loss, metric_entries(shares, token_means, mask)
+            return loss, {**metric_entries({**shares, **gap_shares}, token_means, mask), **gap_peaks}
 
         return loss_fn
+
+
+def _rollout_gaps(log_probs: torch.Tensor, tensors, mask: torch.Tensor) -> tuple[dict, dict]:
+    """A micro-batch's |rollout_log_probs - log_probs| on response tokens, per gap of `_GAPS`: its sum and token
+    count (loss shares: summed over micro-batches and ranks) and its maximum (a `max_entry`)."""
+    diff = (tensors["rollout_log_probs"].float() - log_probs.float()).abs()
+    scopes = {"logprob_diff": mask.bool()}
+    has_image = rows_with_images(tensors)
+    if has_image is not None:
+        scopes["image_logprob_diff"] = scopes["logprob_diff"] & has_image.to(mask.device).unsqueeze(1)
+    shares, peaks = {}, {}
+    for name, where in scopes.items():
+        values = diff[where]
+        shares[f"{name}_sum"] = values.sum().double()
+        shares[f"{name}_count"] = torch.tensor(float(values.numel()), dtype=torch.float64)
+        peaks.update(max_entry(f"{name}_max", values.max() if values.numel() else diff.new_zeros(())))
+    return shares, peaks
+
+
+def rollout_gap_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """`metrics` with the update's gap entries (actor/<gap>_sum, _count, _max) turned into compute_log_prob's
+    rollout/<gap>_mean and rollout/<gap>_max."""
+    for name in _GAPS:
+        if f"actor/{name}_count" not in metrics:
+            continue
+        total, count = metrics.pop(f"actor/{name}_sum"), metrics.pop(f"actor/{name}_count")
+        metrics[f"rollout/{name}_mean"] = total / count if count > 0 else 0.0
+        metrics[f"rollout/{name}_max"] = metrics.pop(f"actor/{name}_max")
+    return metrics

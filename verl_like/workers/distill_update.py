@@ -17,7 +17,7 @@ from verl_like.config.distillation import DistillationConfig
 from verl_like.engine.base import LossFn
 from verl_like.engine.model_outputs import TOPK_IDS_KEY, response_mask_of
 from verl_like.protocol import DataProto
-from verl_like.workers.actor import PPOActor
+from verl_like.workers.actor import PPOActor, rollout_gap_metrics
 from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
 from verl_like.workers.train_request import TrainRequest
 
@@ -61,7 +61,7 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
         temperature=request.temperature,
         calculate_entropy=config.use_policy_loss and policy_config.entropy_coeff != 0,
     )
-    return mean_metrics(history, "actor")
+    return rollout_gap_metrics(mean_metrics(history, "actor"))
 
 
 def _distill_loss_fn(actor: PPOActor, normalizer: LossNormalizer, config: DistillationConfig) -> LossFn:

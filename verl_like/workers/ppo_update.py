@@ -9,8 +9,9 @@ whether the rows sit on one rank or on many.
 
 Metrics are data-parallel-invariant too: a role's loss function reports its micro-batch's loss *shares*
 (summed over micro-batches and ranks, they give the mini-batch loss) and its micro-batch token means weighted
-by the micro-batch's valid tokens (`metric_entries`); `reduce_metrics` turns them into mini-batch values with
-one all_reduce, so a metric equals what one process computes on the whole mini-batch.
+by the micro-batch's valid tokens (`metric_entries`), and maxima (`max_entry`); `reduce_metrics` turns them into
+mini-batch values with one all_reduce (two with maxima), so a metric equals what one process computes on the whole
+mini-batch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 _SHARE = "share/"
 _WEIGHTED = "weighted/"
+_MAX = "max/"
 _TOKENS = "tokens"
 
 
@@ -70,14 +72,25 @@ def metric_entries(
     return entries
 
 
+def max_entry(name: str, value: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A loss function's metric `name` whose mini-batch value is its maximum over micro-batches and ranks."""
+    return {_MAX + name: value.detach().double()}
+
+
 def reduce_metrics(per_micro_batch: dict[str, list[float]], group: dist.ProcessGroup) -> dict[str, float]:
-    """Mini-batch metrics from `metric_entries` of this rank's micro-batches, summed over the ranks of `group`."""
-    names = sorted(per_micro_batch)
+    """Mini-batch metrics from `metric_entries` (and `max_entry`) of this rank's micro-batches, reduced over the
+    ranks of `group` (every rank reports the same names)."""
+    peaks = sorted(name for name in per_micro_batch if name.startswith(_MAX))
+    names = sorted(name for name in per_micro_batch if not name.startswith(_MAX))
     totals = torch.tensor([sum(per_micro_batch[name]) for name in names], dtype=torch.float64)
     dist.all_reduce(totals, group=group)
     summed = dict(zip(names, totals.tolist()))
     tokens = summed.get(_TOKENS, 0.0)
     metrics = {}
+    if peaks:
+        maxima = torch.tensor([max(per_micro_batch[name]) for name in peaks], dtype=torch.float64)
+        dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=group)
+        metrics.update({name[len(_MAX):]: value for name, value in zip(peaks, maxima.tolist())})
     for name, value in summed.items():
         if name.startswith(_SHARE):
             metrics[name[len(_SHARE):]] = value

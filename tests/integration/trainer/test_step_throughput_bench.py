@@ -19,8 +19,11 @@ def test_step_bench_smoke_reports_every_phase(tmp_path, verl_like_cache):
                            "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     report = json.loads(out.read_text())
-    assert set(report["seconds"]) == {"rollout", "log_probs", "update", "weight_sync"}
-    assert all(v > 0 for v in report["tokens_per_s_per_gpu"].values())
+    # One optimizer step per batch: the update's own forward gives the old log-probs (recompute_old_log_prob auto).
+    assert set(report["seconds"]) == {"rollout", "update", "weight_sync"}
+    assert report["recompute_old_log_prob"] is False and report["old_log_prob_forward"] is False
+    throughput = report["tokens_per_s_per_gpu"]
+    assert throughput.pop("log_probs") is None and all(v > 0 for v in throughput.values())
     assert 0 < sum(report["share"].values()) <= 1.0
     assert report["weight_sync_gb"] > 0 and report["launch_to_first_rollout_s"] > 0
     assert report["logprob_diff_mean"] < 1e-3  # fp32 rollout vs fp32 actor on the same tokens

@@ -28,6 +28,7 @@ from verl_like.engine.from_config import actor_engine_config, reference_engine_c
 from verl_like.models.tiny import build_tiny_model
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, ResourcePool, RoleSpec, Worker, WorkerGroup, register
+from verl_like.single_controller.errors import WorkerError
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.ppo_update import epoch_order
 from verl_like.workers.reference import ReferencePolicy
@@ -257,6 +258,35 @@ def test_lr_scale_in_meta_info_steps_as_a_proportionally_lower_learning_rate(hos
     unscaled = host.update(batch, config, 2, solo=False)
     full, quarter = unscaled[0]["weights"], solo[0]["weights"]
     assert max(float((full[name] - quarter[name]).abs().max()) for name in quarter) > 1e-4  # not vacuous
+
+
+def test_update_without_old_log_probs_equals_the_recomputed_update(host, batch, log_probs):
+    """recompute_old_log_prob=false (one optimizer step over the batch): the update takes its own forward's
+    log-probs as the old ones. On 2 ranks it must give the weights of the update fed the recomputed old log-probs,
+    and report the rollout-vs-trainer gap compute_log_prob reports, reduced over both ranks (mean and max)."""
+    current = log_probs.batch["old_log_probs"]
+    mask = batch.batch["response_mask"].bool()
+    gen = torch.Generator().manual_seed(2)
+    rollout = torch.where(mask, current + 0.05 * torch.randn(current.shape, generator=gen), 0.0)
+    rollout[ROWS - 1, 0] = current[ROWS - 1, 0] + 0.5  # the largest gap sits on rank 1's rows
+    on_policy = {key: batch.batch[key] for key in batch.batch.keys() if key != "old_log_probs"}
+    recomputed = DataProto.from_dict(tensors={**on_policy, "old_log_probs": current}, meta_info=batch.meta_info)
+    from_update = DataProto.from_dict(tensors={**on_policy, "rollout_log_probs": rollout}, meta_info=batch.meta_info)
+    expected = host.update(recomputed, _config(ppo_mini_batch_size=4), 2, solo=False)
+    config = _config(ppo_mini_batch_size=4, recompute_old_log_prob=False)
+    dp, solo = _run_both(host, from_update, config, rollout_n=2)
+    _assert_same_update(dp[0], solo[0]["metrics"][0], solo[0]["weights"])
+    for name, tensor in expected[0]["weights"].items():
+        torch.testing.assert_close(dp[0]["weights"][name], tensor, atol=2e-6, rtol=0, msg=name)
+    metrics, reference = dp[0]["metrics"][0], expected[0]["metrics"][0]
+    assert metrics["actor/pg_loss"] == pytest.approx(reference["actor/pg_loss"], rel=1e-5, abs=1e-6)
+    assert metrics["actor/ppo_kl"] == 0.0 and metrics["actor/pg_clipfrac"] == 0.0  # ratio exactly 1
+    gap = (rollout.double() - current.double()).abs()[mask]
+    assert metrics["rollout/logprob_diff_mean"] == pytest.approx(float(gap.mean()), rel=1e-4)
+    assert metrics["rollout/logprob_diff_max"] == pytest.approx(0.5, rel=1e-4)
+    assert not any(name.startswith("actor/logprob_diff") for name in metrics)
+    with pytest.raises(WorkerError, match=r"lacks \['old_log_probs'\]"):  # auto/true still needs them
+        host.update(from_update, _config(ppo_mini_batch_size=4), 2, solo=False)
 
 
 def _float64_ppo_loss(model, batch: dict[str, torch.Tensor], rows: list[int], config: ActorConfig) -> torch.Tensor:
