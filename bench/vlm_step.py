@@ -85,6 +85,7 @@ def main() -> None:
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         "trainer.device=cuda", "trainer.n_gpus_per_node=1", f"trainer.total_training_steps={args.steps}",
         "actor_rollout_ref.rollout.dtype=bfloat16",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",  # the image prompts' gap is what this bench reports
         f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
         "actor_rollout_ref.actor.fsdp_config.param_dtype=bfloat16", "trainer.ray_init.num_cpus=null",
         f"trainer.default_local_dir={run_dir}", "trainer.logger=[console,jsonl]",

@@ -25,6 +25,7 @@ GPU_OVERRIDES = [
     "+actor_rollout_ref.model.tiny_spec.hidden_size=256", "+actor_rollout_ref.model.tiny_spec.intermediate_size=512",
     "actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
     "actor_rollout_ref.actor.fsdp_config.param_dtype=bfloat16", "trainer.ray_init.num_cpus=null",
+    "actor_rollout_ref.rollout.calculate_log_probs=true",  # off by default on CUDA; the test checks the gap
 ]
 
 

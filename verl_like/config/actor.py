@@ -277,9 +277,9 @@ class ActorConfig:
         permutation on every rank, seeded by data_loader_seed, the update's step and the epoch).
       recompute_old_log_prob: the old log-probs' own forward over the batch before the update. null (auto) skips it
         when the update is one optimizer step over the batch (ppo_epochs=1, ppo_mini_batch_size =
-        data.train_batch_size) and nothing reads them before it (no use_kl_in_reward, no rollout_is): that step's
-        forward gives them (config/old_log_prob.py, decided once on the driver); true always runs it; false skips it
-        and is refused where it cannot.
+        data.train_batch_size) and nothing reads them before it (no use_kl_in_reward): that step's
+        forward gives them, the rollout-vs-trainer gap and the rollout IS weights (config/old_log_prob.py, decided
+        once on the driver); true always runs it; false skips it and is refused where it cannot.
     Loss
       clip_ratio: default of clip_ratio_low / clip_ratio_high when those are null.
       clip_ratio_low / clip_ratio_high: ratio clipped to [1 - low, 1 + high] (DAPO's clip-higher: high > low).

@@ -28,6 +28,7 @@ from verl_like.config.convert import build_node, unknown_key_message, valid_keys
 from verl_like.config.errors import ConfigError
 from verl_like.config.fused_kernels import resolve_fused_kernels
 from verl_like.config.old_log_prob import resolve_old_log_prob
+from verl_like.config.rollout_log_probs import resolve_calculate_log_probs
 from verl_like.config.ppo import PPOConfig
 from verl_like.config.validate import validate
 
@@ -164,13 +165,13 @@ def load_config(
 ) -> PPOConfig:
     """compose_config + to_typed + validate: the validated PPOConfig of `overrides`. With check_paths, HF hub ids
     given as model paths are resolved to their snapshot in the HF cache first (verl_like/utils/hub.py). A null
-    use_fused_kernels and a null recompute_old_log_prob are decided here, once (config/fused_kernels.py,
-    config/old_log_prob.py)."""
+    use_fused_kernels, recompute_old_log_prob and calculate_log_probs are decided here, once
+    (config/fused_kernels.py, config/old_log_prob.py, config/rollout_log_probs.py)."""
     config = to_typed(resolve_auto_device(compose_config(overrides, config_dir)))
     if check_paths:
         from verl_like.utils.hub import resolve_hub_models
 
         config = resolve_hub_models(config)
-    config = resolve_old_log_prob(resolve_fused_kernels(config))
+    config = resolve_calculate_log_probs(resolve_old_log_prob(resolve_fused_kernels(config)))
     validate(config, check_paths=check_paths)
     return config

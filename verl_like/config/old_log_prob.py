@@ -8,8 +8,8 @@ old ones (ratio exactly 1, the same gradient), and the update reports the rollou
 (rollout/logprob_diff_*) from that forward. TRL skips it under the same condition when its vLLM correction is off.
 
 Auto skips it exactly then, unless the old log-probs are needed before the update: algorithm.use_kl_in_reward (the
-KL penalty is part of the rewards the advantages read) or algorithm.rollout_is (the driver computes the IS weights
-from them). true always recomputes; false skips and is refused, naming the key, where it cannot. A batch whose
+KL penalty is part of the rewards the advantages read). With algorithm.rollout_is the update computes the IS
+weights from that same forward, per row as the driver would (rollout_is/* metrics reduced over the batch). true always recomputes; false skips and is refused, naming the key, where it cannot. A batch whose
 rollout returned no log-probs (a text hook's) is still recomputed: that forward supplies its rollout_log_probs.
 """
 
@@ -46,8 +46,6 @@ def needs_recompute(config: PPOConfig) -> str | None:
                 f"{config.data.train_batch_size} (several optimizer steps per batch)")
     if algo.use_kl_in_reward:
         return "algorithm.use_kl_in_reward=true (the KL penalty enters the rewards before the update)"
-    if algo.rollout_is:
-        return "algorithm.rollout_is=true (the driver computes the IS weights before the update)"
     return None
 
 

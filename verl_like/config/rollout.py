@@ -258,6 +258,11 @@ class RolloutConfig:
       do_sample: False means greedy whatever the temperature.
       n: samples per prompt (GRPO's group size).
       ignore_eos: keep generating past eos until response_length.
+      calculate_log_probs: the in-process vLLM engine returns its sampled tokens' log-probs (rollout_log_probs:
+        the rollout-vs-trainer gap rollout/logprob_diff_*, the rollout IS weights). null (auto) is true unless
+        trainer.device=cuda without algorithm.rollout_is: on a GPU vLLM's host work for them costs about as much
+        as the decode itself at small model sizes (docs/benchmarks.md), and the synchronous update does not need
+        them (config/rollout_log_probs.py). Server mode, agent loops and the HF engine return them regardless.
       prompt_length: the longest prompt (tokens) the engine accepts. response_length: max new tokens per sample,
         also the width of the `responses` tensor.
       val_kwargs: sampling of validation rollouts (see RolloutValKwargs).
@@ -306,6 +311,7 @@ class RolloutConfig:
     do_sample: bool = True
     n: int = 1
     ignore_eos: bool = False
+    calculate_log_probs: bool | None = None
     prompt_length: int = 512
     response_length: int = 512
     val_kwargs: RolloutValKwargs = field(default_factory=RolloutValKwargs)

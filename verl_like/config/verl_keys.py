@@ -112,8 +112,6 @@ TAKEN: tuple[TakenKey, ...] = (
     TakenKey("*.megatron.dist_checkpointing_path", _NULL, "Megatron dist checkpoints are not read",
              "remove it and point model.path at the HF checkpoint"),
     # rollout engine knobs
-    TakenKey("actor_rollout_ref.rollout.calculate_log_probs", ANY,
-             "the rollout always returns its sampled tokens' log-probs (rollout_log_probs)"),
     TakenKey("actor_rollout_ref.rollout.data_parallel_size", _ONE,
              "the rollout's data parallelism is the workers / tensor_model_parallel_size", "remove it"),
     TakenKey("actor_rollout_ref.rollout.expert_parallel_size", _ONE, "expert parallelism is not built"),

@@ -26,6 +26,8 @@ class SamplingConfig:
         seed: makes sampling reproducible for a given batch; None draws fresh randomness.
         ignore_eos: keep generating past the eos token(s) until `max_tokens` or a stop token.
         do_sample: False means greedy decoding (argmax); `rollout_log_probs` are then the plain log-softmax.
+        log_probs: return `rollout_log_probs`; an engine that can skip computing them (the in-process vLLM
+            engine) leaves the column out when False, others return it anyway.
     """
 
     n: int = 1
@@ -37,6 +39,7 @@ class SamplingConfig:
     seed: int | None = None
     ignore_eos: bool = False
     do_sample: bool = True
+    log_probs: bool = True
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -37,17 +37,20 @@ def prompt_token_lists(prompts: DataProto) -> list[list[int]]:
 def build_rollout_batch(
     prompts: DataProto,
     responses: Sequence[Sequence[int]],
-    log_probs: Sequence[Sequence[float]],
+    log_probs: Sequence[Sequence[float]] | None,
     sampling: SamplingConfig,
     pad_token_id: int,
     metrics: dict[str, float],
 ) -> DataProto:
     """Assembles the output batch of `RolloutEngine.generate` from per-sample responses.
 
-    `responses[i*n + j]` / `log_probs[i*n + j]` are sample j of prompt i (unpadded, at most max_tokens long).
+    `responses[i*n + j]` / `log_probs[i*n + j]` are sample j of prompt i (unpadded, at most max_tokens long);
+    `log_probs` None (the engine skipped them: SamplingConfig.log_probs) leaves `rollout_log_probs` out.
     """
     n, width = sampling.n, sampling.max_tokens
     rows = len(prompts) * n
+    with_log_probs = log_probs is not None
+    log_probs = log_probs if with_log_probs else [None] * len(responses)
     if len(responses) != rows or len(log_probs) != rows:
         raise ValueError(f"expected {rows} responses and log-prob rows, got {len(responses)} and {len(log_probs)}")
     response_ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
@@ -55,13 +58,13 @@ def build_rollout_batch(
     rollout_log_probs = torch.zeros((rows, width), dtype=torch.float32)
     for row, (tokens, token_log_probs) in enumerate(zip(responses, log_probs)):
         length = len(tokens)
-        if length > width or len(token_log_probs) != length:
-            raise ValueError(
-                f"sample {row}: {length} tokens and {len(token_log_probs)} log-probs for max_tokens={width}"
-            )
+        if length > width or (with_log_probs and len(token_log_probs) != length):
+            raise ValueError(f"sample {row}: {length} tokens and "
+                             f"{len(token_log_probs) if with_log_probs else 'no'} log-probs for max_tokens={width}")
         response_ids[row, :length] = torch.as_tensor(list(tokens), dtype=torch.long)
         response_mask[row, :length] = 1
-        rollout_log_probs[row, :length] = torch.as_tensor(list(token_log_probs), dtype=torch.float32)
+        if with_log_probs:
+            rollout_log_probs[row, :length] = torch.as_tensor(list(token_log_probs), dtype=torch.float32)
 
     batch = prompts.batch
     prompt_ids = batch["input_ids"].repeat_interleave(n, dim=0)
@@ -80,8 +83,9 @@ def build_rollout_batch(
         input_ids=torch.cat([prompt_ids, response_ids], dim=1),
         attention_mask=torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1),
         position_ids=torch.cat([prompt_positions, response_positions], dim=1),
-        rollout_log_probs=rollout_log_probs,
     )
+    if with_log_probs:
+        tensors["rollout_log_probs"] = rollout_log_probs
     if MROPE_POSITIONS in batch.keys():  # Qwen2-VL: the prompt's 3-D positions, counted on over the response
         tensors[MROPE_POSITIONS] = continue_positions(batch[MROPE_POSITIONS].repeat_interleave(n, dim=0), width)
     non_tensors = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}

@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 
 def sampling_config(rollout: RolloutConfig, validate: bool = False, greedy: bool = False) -> SamplingConfig:
     """The SamplingConfig of a training rollout, a validation rollout (`val_kwargs`), or greedy decoding
-    (one sample, argmax; e.g. ReMax's baseline). temperature 0 or do_sample False also mean greedy."""
+    (one sample, argmax; e.g. ReMax's baseline). temperature 0 or do_sample False also mean greedy. The
+    sampled tokens' log-probs are asked for unless rollout.calculate_log_probs is false (null counts as true)."""
     source = rollout.val_kwargs if validate else rollout
+    log_probs = rollout.calculate_log_probs is not False
     if greedy or not source.do_sample or source.temperature == 0:
         n = 1 if greedy else source.n
-        return SamplingConfig(n=n, do_sample=False, max_tokens=rollout.response_length, ignore_eos=rollout.ignore_eos)
+        return SamplingConfig(n=n, do_sample=False, max_tokens=rollout.response_length, ignore_eos=rollout.ignore_eos,
+                              log_probs=log_probs)
     return SamplingConfig(
         n=source.n,
         temperature=source.temperature,
@@ -33,6 +36,7 @@ def sampling_config(rollout: RolloutConfig, validate: bool = False, greedy: bool
         top_k=source.top_k if source.top_k > 0 else None,
         max_tokens=rollout.response_length,
         ignore_eos=rollout.ignore_eos,
+        log_probs=log_probs,
     )
 
 

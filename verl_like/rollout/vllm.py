@@ -23,10 +23,10 @@ logger = logging.getLogger(__name__)
 _ENGINE_PARTS = frozenset({"weights", "kv_cache"})
 
 
-def token_sampling_params(fields: dict[str, Any], final_only: bool = False) -> Any:
+def token_sampling_params(fields: dict[str, Any], final_only: bool = False, log_probs: bool = True) -> Any:
     """vLLM SamplingParams from `SamplingConfig.vllm_fields` for a rollout: each sampled token's log-prob (flat
-    layout where the release has it), no detokenization; `final_only`: one output when the request ends (what a
-    server route wants; LLM.generate returns final outputs anyway)."""
+    layout where the release has it; none with `log_probs` False), no detokenization; `final_only`: one output
+    when the request ends (what a server route wants; LLM.generate returns final outputs anyway)."""
     from vllm import SamplingParams
 
     extra: dict[str, Any] = {}
@@ -34,7 +34,9 @@ def token_sampling_params(fields: dict[str, Any], final_only: bool = False) -> A
         from vllm.sampling_params import RequestOutputKind
 
         extra["output_kind"] = RequestOutputKind.FINAL_ONLY
-    return SamplingParams(**fields, logprobs=0, detokenize=False, **extra, **vllm_compat.flat_logprobs_kwargs())
+    if log_probs:
+        extra.update(logprobs=0, **vllm_compat.flat_logprobs_kwargs())
+    return SamplingParams(**fields, detokenize=False, **extra)
 
 
 @dataclass(frozen=True)
@@ -215,14 +217,15 @@ class VLLMRolloutEngine(RolloutEngine):
             from verl_like.rollout import vllm_vision
 
             requests, self.images_sent = vllm_vision.vision_requests(prompts, token_lists, self.images_sent)
-            params = [token_sampling_params(vllm_vision.sampling_fields(sampling.vllm_fields(index), self._vision))
-                      for index in range(len(requests))]
+            params = [token_sampling_params(vllm_vision.sampling_fields(sampling.vllm_fields(index), self._vision),
+                                            log_probs=sampling.log_probs) for index in range(len(requests))]
         else:
             if "multi_modal_data" in prompts.non_tensor_batch:  # data/vision.py's column
                 raise ValueError(f"the batch holds images but {self.model_path} is a text model; use a "
                                  "vision-language model (docs/vision.md)")
             requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
-            params = [token_sampling_params(sampling.vllm_fields(index)) for index in range(len(requests))]
+            params = [token_sampling_params(sampling.vllm_fields(index), log_probs=sampling.log_probs)
+                      for index in range(len(requests))]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request())
         if self._vision is not None:
             vllm_vision.check_expansion(outputs, token_lists)
@@ -233,9 +236,11 @@ class VLLMRolloutEngine(RolloutEngine):
             for sample in samples:
                 tokens = list(sample.token_ids)
                 responses.append(tokens)
-                log_probs.append(vllm_compat.sampled_logprobs(tokens, sample.logprobs))
+                if sampling.log_probs:
+                    log_probs.append(vllm_compat.sampled_logprobs(tokens, sample.logprobs))
         return build_rollout_batch(
-            prompts, responses, log_probs, sampling, self.pad_token_id, generation_metrics(responses)
+            prompts, responses, log_probs if sampling.log_probs else None, sampling, self.pad_token_id,
+            generation_metrics(responses),
         )
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

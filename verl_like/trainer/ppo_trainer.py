@@ -33,6 +33,7 @@ from verl_like.algorithms import (
 )
 from verl_like.config.fused_kernels import resolve_fused_kernels
 from verl_like.config.old_log_prob import resolve_old_log_prob
+from verl_like.config.rollout_log_probs import resolve_calculate_log_probs
 from verl_like.protocol import DataProto
 from verl_like.rollout.request import GenerationRequest
 from verl_like.rollout.trajectory import infra_failed_rows
@@ -52,7 +53,7 @@ from verl_like.trainer.val_generations import ValGenerationLogger, ValSample, de
 from verl_like.utils.device import resolve_device
 from verl_like.utils.flops import resolve_peak_tflops
 from verl_like.utils.tracking import Tracking
-from verl_like.workers.train_request import TrainRequest
+from verl_like.workers.train_request import ROLLOUT_IS_KEY, TrainRequest
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class PPOTrainer:
         reward_model_worker: type | None = None,
     ) -> None:
         # load_config decided the null auto keys already; a PPOConfig built by hand is decided here.
-        self.config = config = resolve_old_log_prob(resolve_fused_kernels(config))
+        self.config = config = resolve_calculate_log_probs(resolve_old_log_prob(resolve_fused_kernels(config)))
         self._actor_rollout_worker = actor_rollout_worker
         self._actor_rollout_kwargs = dict(actor_rollout_kwargs or {})
         self._critic_worker = critic_worker
@@ -379,11 +380,15 @@ class PPOTrainer:
         if cfg.trainer.balance_batch:  # after ReMax, whose greedy pass reads the rollout's group order
             batch, balance_metrics = balance_batch(batch, c.actor_dp_size or c.world_size)
             metrics.update(balance_metrics)
-        if cfg.actor_rollout_ref.actor.recompute_old_log_prob or "rollout_log_probs" not in batch.batch.keys():
-            # (config/old_log_prob.py) else the update's own forward gives them, and the rollout-vs-trainer gap
+        # A rollout asked for its log-probs that returned none (a text hook's) gets them from that forward.
+        missing = cfg.actor_rollout_ref.rollout.calculate_log_probs and "rollout_log_probs" not in batch.batch.keys()
+        recompute = cfg.actor_rollout_ref.actor.recompute_old_log_prob or missing
+        if recompute:  # else the update's own forward gives them, the gap and IS weights (config/old_log_prob.py)
             with timed(timings, "old_log_prob"):
                 batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
-        if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
+        if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys() and not recompute:
+            batch.meta_info[ROLLOUT_IS_KEY] = cfg.algorithm.rollout_is_config()
+        elif cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
             weights, is_metrics = compute_rollout_is_weights(
                 batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],
                 cfg.algorithm.rollout_is_config(),

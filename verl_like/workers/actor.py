@@ -20,9 +20,11 @@ import torch
 from verl_like.algorithms import (
     LossNormalizer,
     PolicyLossInputs,
+    RolloutISConfig,
     aggregate_loss,
     compute_kl_loss,
     compute_policy_loss,
+    compute_rollout_is_weights,
     masked_mean,
 )
 from verl_like.config.actor import ActorConfig
@@ -32,7 +34,7 @@ from verl_like.engine.model_outputs import response_mask_of
 from verl_like.engine.vision import VISION_TENSOR_KEYS, rows_with_images
 from verl_like.protocol import DataProto
 from verl_like.workers.ppo_update import max_entry, mean_metrics, metric_entries, run_ppo_update
-from verl_like.workers.train_request import TrainRequest
+from verl_like.workers.train_request import ROLLOUT_IS_KEY, TrainRequest
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +98,12 @@ class PPOActor:
                 "PPOActor.update_policy: batch.meta_info['temperature'] is unset; set it to the rollout's sampling "
                 "temperature (the log-probs must be computed as the rollout sampled)"
             )
+        rollout_is = batch.meta_info.get(ROLLOUT_IS_KEY)
         history = run_ppo_update(
             self.engine,
             rows,
             self.config,
-            self.make_loss_fn,
+            lambda normalizer: self.make_loss_fn(normalizer, rollout_is),
             rollout_n=self.rollout_n,
             loss_scale_factor=self.config.loss_scale_factor,
             temperature=request.temperature,
@@ -131,9 +134,11 @@ class PPOActor:
             optional += [key for key in ("old_log_probs", "rollout_log_probs") if key in batch.batch.keys()]
         return batch.select(batch_keys=needed + optional, non_tensor_keys=[], meta_keys=[])
 
-    def make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
+    def make_loss_fn(self, normalizer: LossNormalizer, rollout_is: RolloutISConfig | None = None) -> LossFn:
         """The PPO loss function of one mini-batch (policy loss, entropy bonus, KL loss); other objectives that
-        run in the same loop add their terms to it (workers/distill_update.py)."""
+        run in the same loop add their terms to it (workers/distill_update.py). `rollout_is`: where the batch has
+        no old log-probs (the update's forward gives them), the rollout IS weights are computed from that forward
+        with this config (the driver's `compute_rollout_is_weights` otherwise)."""
         config = self.config
 
         def loss_fn(outputs: dict[str, torch.Tensor], micro_batch: DataProto) -> tuple[torch.Tensor, dict]:
@@ -141,11 +146,15 @@ class PPOActor:
             mask = response_mask_of(tensors)
             log_probs = outputs["log_probs"]
             old_log_probs = tensors.get("old_log_probs", None)
-            gap_shares, gap_peaks = {}, {}
+            is_weights = tensors.get("rollout_is_weights", None)
+            gap_shares, gap_peaks, is_means = {}, {}, {}
             if old_log_probs is None:  # one optimizer step over the batch: the weights that are about to update
                 old_log_probs = log_probs.detach()
                 if "rollout_log_probs" in tensors.keys():
                     gap_shares, gap_peaks = _rollout_gaps(old_log_probs, tensors, mask)
+                    if rollout_is is not None:
+                        is_weights, is_means, is_peaks = _rollout_is(old_log_probs, tensors, mask, rollout_is)
+                        gap_peaks.update(is_peaks)
             policy = compute_policy_loss(
                 config.policy_loss.loss_mode,
                 PolicyLossInputs(
@@ -153,7 +162,7 @@ class PPOActor:
                     log_probs=log_probs,
                     advantages=tensors["advantages"],
                     response_mask=mask,
-                    rollout_is_weights=tensors.get("rollout_is_weights", None),
+                    rollout_is_weights=is_weights,
                 ),
                 normalizer=normalizer,
                 config=self._policy_loss_config,
@@ -172,7 +181,8 @@ class PPOActor:
                 )
                 loss = loss + config.kl_loss_coef * kl.loss
                 shares["kl_loss"] = kl.metrics["kl_loss"]
-            return loss, {**metric_entries({**shares, **gap_shares}, token_means, mask), **gap_peaks}
+            entries = metric_entries({**shares, **gap_shares}, {**token_means, **is_means}, mask)
+            return loss, {**entries, **gap_peaks}
 
         return loss_fn
 
@@ -194,9 +204,28 @@ def _rollout_gaps(log_probs: torch.Tensor, tensors, mask: torch.Tensor) -> tuple
     return shares, peaks
 
 
+def _rollout_is(log_probs: torch.Tensor, tensors, mask: torch.Tensor,
+                config: RolloutISConfig) -> tuple[torch.Tensor, dict, dict]:
+    """A micro-batch's rollout IS weights from `log_probs` (the old ones), their token-mean metrics and their
+    extremes as `max_entry`s (the minimum negated), named like the driver's rollout_is/* metrics."""
+    weights, metrics = compute_rollout_is_weights(log_probs, tensors["rollout_log_probs"], mask, config)
+    valid = weights[mask.bool()]
+    none = valid.new_tensor(float("-inf"))
+    peaks = {**max_entry("rollout_is/max", valid.max() if valid.numel() else none),
+             **max_entry("rollout_is/negated_min", -valid.min() if valid.numel() else none)}
+    means = {name: metrics[name] for name in ("rollout_is/mean", "rollout_is/clipped_frac", "rollout_is/mismatch_kl")}
+    return weights, means, peaks
+
+
 def rollout_gap_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """`metrics` with the update's gap entries (actor/<gap>_sum, _count, _max) turned into compute_log_prob's
-    rollout/<gap>_mean and rollout/<gap>_max."""
+    rollout/<gap>_mean and rollout/<gap>_max, and its rollout IS metrics named as the driver's (rollout_is/*)."""
+    for name in [name for name in metrics if name.startswith("actor/rollout_is/")]:
+        value = metrics.pop(name)
+        if name.endswith("/negated_min"):
+            metrics["rollout_is/min"] = -value if value != float("-inf") else 0.0
+        else:
+            metrics[name[len("actor/"):]] = value if value != float("-inf") else 0.0
     for name in _GAPS:
         if f"actor/{name}_count" not in metrics:
             continue

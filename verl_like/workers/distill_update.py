@@ -19,7 +19,7 @@ from verl_like.engine.model_outputs import TOPK_IDS_KEY, response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.workers.actor import PPOActor, rollout_gap_metrics
 from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
-from verl_like.workers.train_request import TrainRequest
+from verl_like.workers.train_request import ROLLOUT_IS_KEY, TrainRequest
 
 _TEACHER_KEYS = (TOPK_IDS_KEY, "teacher_topk_log_probs")
 _MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
@@ -55,7 +55,7 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
         actor.engine,
         rows,
         policy_config,
-        lambda normalizer: _distill_loss_fn(actor, normalizer, config),
+        lambda normalizer: _distill_loss_fn(actor, normalizer, config, batch.meta_info.get(ROLLOUT_IS_KEY)),
         rollout_n=actor.rollout_n,
         loss_scale_factor=policy_config.loss_scale_factor,
         temperature=request.temperature,
@@ -64,8 +64,9 @@ def update_policy_distill(actor: PPOActor, batch: DataProto, config: Distillatio
     return rollout_gap_metrics(mean_metrics(history, "actor"))
 
 
-def _distill_loss_fn(actor: PPOActor, normalizer: LossNormalizer, config: DistillationConfig) -> LossFn:
-    policy_loss_fn = actor.make_loss_fn(normalizer) if config.use_policy_loss else None
+def _distill_loss_fn(actor: PPOActor, normalizer: LossNormalizer, config: DistillationConfig,
+                     rollout_is=None) -> LossFn:
+    policy_loss_fn = actor.make_loss_fn(normalizer, rollout_is) if config.use_policy_loss else None
 
     def loss_fn(outputs: dict[str, torch.Tensor], micro_batch: DataProto) -> tuple[torch.Tensor, dict]:
         tensors = micro_batch.batch

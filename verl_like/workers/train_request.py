@@ -15,6 +15,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+# meta_info key of the RolloutISConfig the driver sends when the update computes the rollout IS weights from its own
+# forward (the batch has no old log-probs: config/old_log_prob.py).
+ROLLOUT_IS_KEY = "rollout_is"
 
 @dataclasses.dataclass(frozen=True)
 class TrainRequest:

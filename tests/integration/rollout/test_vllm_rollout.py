@@ -96,6 +96,16 @@ def test_seed_makes_sampling_reproducible(engine, prompt_batch):
     assert not torch.equal(first.batch["responses"][0::2], first.batch["responses"][1::2])
 
 
+def test_without_log_probs_the_same_samples_come_back_without_their_column(engine, prompt_batch):
+    """SamplingConfig.log_probs=False (rollout.calculate_log_probs off): vLLM computes no log-probs, the batch has
+    no rollout_log_probs, and the seeded samples are the ones a run with log-probs draws."""
+    with_log_probs = engine.generate(prompt_batch, SAMPLED)
+    without = engine.generate(prompt_batch, dataclasses.replace(SAMPLED, log_probs=False))
+    assert "rollout_log_probs" in with_log_probs.batch.keys() and "rollout_log_probs" not in without.batch.keys()
+    for key in ("responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
+        assert torch.equal(with_log_probs.batch[key], without.batch[key]), key
+
+
 def test_engine_tokenizer_round_trips_text(engine):
     text = "what is 12 + 3 * (4 - 1)? answer: 21."
     ids = engine.tokenizer.encode(text, add_special_tokens=False)

@@ -200,10 +200,16 @@ def test_a_killed_worker_restarts_the_run_from_its_checkpoint_in_the_same_proces
 
 
 def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
-    """The embedded default (no preset), only fewer steps: held-out greedy reward must rise clearly."""
-    out = _run(["trainer.total_training_steps=10", "trainer.test_freq=5", f"trainer.default_local_dir={tmp_path}"],
-               cache_dir)
-    val = {r["step"]: r["val/score/mean"] for r in read_metrics(tmp_path / "metrics.jsonl") if "val/score/mean" in r}
+    """The embedded default (no preset), only fewer steps: held-out greedy reward must rise clearly. It runs as the
+    defaults run on a GPU: no rollout log-probs (calculate_log_probs auto is false on CUDA), and the old log-probs
+    from the update's own forward (one optimizer step per batch), so neither forward nor gap metric appears."""
+    out = _run(["trainer.total_training_steps=10", "trainer.test_freq=5", f"trainer.default_local_dir={tmp_path}",
+                "actor_rollout_ref.rollout.calculate_log_probs=false"], cache_dir)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    trained = [r for r in records if "timing_s/step" in r]
+    assert len(trained) == 10 and not any("timing_s/old_log_prob" in r or "rollout/logprob_diff_mean" in r
+                                         for r in trained), sorted(trained[0])
+    val = {r["step"]: r["val/score/mean"] for r in records if "val/score/mean" in r}
     assert sorted(val) == [0, 5, 10]
     assert val[0] <= 0.3, val
     assert val[10] >= 0.6 and val[10] >= val[0] + 0.3, val

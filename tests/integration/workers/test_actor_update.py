@@ -21,7 +21,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from verl_like.algorithms import compute_rollout_is_weights
 from verl_like.config.actor import ActorConfig, FSDPConfig, OptimConfig, PolicyLossOptions
+from verl_like.config.loss_options import RolloutISConfig
 from verl_like.config.model import RefConfig
 from verl_like.engine.fsdp import FSDPEngine
 from verl_like.engine.from_config import actor_engine_config, reference_engine_config
@@ -32,6 +34,7 @@ from verl_like.single_controller.errors import WorkerError
 from verl_like.workers.actor import PPOActor
 from verl_like.workers.ppo_update import epoch_order
 from verl_like.workers.reference import ReferencePolicy
+from verl_like.workers.train_request import ROLLOUT_IS_KEY
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import test modules
 
@@ -287,6 +290,25 @@ def test_update_without_old_log_probs_equals_the_recomputed_update(host, batch, 
     assert not any(name.startswith("actor/logprob_diff") for name in metrics)
     with pytest.raises(WorkerError, match=r"lacks \['old_log_probs'\]"):  # auto/true still needs them
         host.update(from_update, _config(ppo_mini_batch_size=4), 2, solo=False)
+
+    # algorithm.rollout_is: the update computes the IS weights from its forward, as the driver does from the
+    # recomputed old log-probs (token level, truncated at 1.03 so that some weights are cut).
+    is_config = RolloutISConfig(level="token", mode="truncate", threshold=1.03)
+    weights, is_metrics = compute_rollout_is_weights(current, rollout, batch.batch["response_mask"], is_config)
+    assert 0 < float(is_metrics["rollout_is/clipped_frac"]) < 1
+    plain = {key: value for key, value in on_policy.items() if key != "rollout_is_weights"}
+    driver = DataProto.from_dict(tensors={**plain, "old_log_probs": current, "rollout_is_weights": weights},
+                                 meta_info=batch.meta_info)
+    in_update = DataProto.from_dict(tensors={**plain, "rollout_log_probs": rollout},
+                                    meta_info={**batch.meta_info, ROLLOUT_IS_KEY: is_config})
+    expected = host.update(driver, _config(ppo_mini_batch_size=4), 2, solo=False)
+    got = host.update(in_update, config, 2, solo=False)
+    for name, tensor in expected[0]["weights"].items():
+        torch.testing.assert_close(got[0]["weights"][name], tensor, atol=2e-6, rtol=0, msg=name)
+    metrics = got[0]["metrics"][0]
+    assert metrics["actor/is_weight_mean"] == pytest.approx(expected[0]["metrics"][0]["actor/is_weight_mean"], rel=1e-4)
+    for name, value in is_metrics.items():
+        assert metrics[name] == pytest.approx(float(value), rel=1e-4, abs=1e-6), name
 
 
 def _float64_ppo_loss(model, batch: dict[str, torch.Tensor], rows: list[int], config: ActorConfig) -> torch.Tensor:

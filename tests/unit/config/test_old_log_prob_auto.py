@@ -23,7 +23,7 @@ def _recompute(overrides: list[str]) -> bool:
     (["+trainer=ci_smoke"], True),  # 8 prompts in mini-batches of 4: two optimizer steps
     (ONE_STEP + ["actor_rollout_ref.actor.ppo_epochs=2"], True),
     (ONE_STEP + ["algorithm.use_kl_in_reward=true"], True),
-    (ONE_STEP + ["algorithm.rollout_is=true"], True),
+    (ONE_STEP + ["algorithm.rollout_is=true"], False),  # the update computes the IS weights from its forward
     (ONE_STEP + ["actor_rollout_ref.actor.recompute_old_log_prob=true"], True),  # explicit wins
 ])
 def test_auto_skips_the_forward_only_for_one_step_over_the_batch(overrides, recompute):
@@ -34,7 +34,6 @@ def test_auto_skips_the_forward_only_for_one_step_over_the_batch(overrides, reco
     (["actor_rollout_ref.actor.ppo_epochs=2"], "actor.ppo_epochs=2"),
     (["actor_rollout_ref.actor.ppo_mini_batch_size=4"], "ppo_mini_batch_size=4 != data.train_batch_size=8"),
     (["algorithm.use_kl_in_reward=true"], "use_kl_in_reward=true"),
-    (["algorithm.rollout_is=true"], "rollout_is=true"),
 ])
 def test_false_is_refused_naming_the_key_and_the_reason(extra, reason):
     with pytest.raises((ValueError, ConfigError)) as info:
