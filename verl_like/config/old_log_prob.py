@@ -9,8 +9,9 @@ old ones (ratio exactly 1, the same gradient), and the update reports the rollou
 
 Auto skips it exactly then, unless the old log-probs are needed before the update: algorithm.use_kl_in_reward (the
 KL penalty is part of the rewards the advantages read). With algorithm.rollout_is the update computes the IS
-weights from that same forward, per row as the driver would (rollout_is/* metrics reduced over the batch). true always recomputes; false skips and is refused, naming the key, where it cannot. A batch whose
-rollout returned no log-probs (a text hook's) is still recomputed: that forward supplies its rollout_log_probs.
+weights from that same forward, per row as the driver would (rollout_is/* metrics reduced over the batch). true
+always recomputes; false skips and is refused, naming the key, where it cannot. A batch whose rollout was asked for
+its log-probs and returned none (a text hook's) is still recomputed: that forward supplies its rollout_log_probs.
 """
 
 from __future__ import annotations

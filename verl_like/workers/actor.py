@@ -82,9 +82,10 @@ class PPOActor:
         where absent, the update's forward gives them, detached, and with "rollout_log_probs" in the batch it
         reports rollout/logprob_diff_{mean,max} as compute_log_prob does), "advantages", "ref_log_probs" when
         use_kl_loss is on, optionally "response_mask" and "rollout_is_weights" (from `compute_rollout_is_weights` on
-        the driver, multiplying the per-token policy loss). `request` (workers/train_request.py; None: the batch's meta_info)
-        gives the rollout's temperature and the lr_scale (multiplies the learning rate of this update's steps;
-        the asynchronous driver's staleness scaling).
+        the driver, multiplying the per-token policy loss; computed here from the forward when the batch has no
+        old log-probs and meta_info carries "rollout_is"). `request` (workers/train_request.py; None: the batch's
+        meta_info) gives the rollout's temperature and the lr_scale (multiplies the learning rate of this update's
+        steps; the asynchronous driver's staleness scaling).
         Metrics: actor/pg_loss, actor/pg_clipfrac(_ratio_high, _ratio_low), actor/pg_clipfrac_lower (verl's:
         dual-clip active), actor/ppo_kl, actor/entropy (only
         when entropy_coeff != 0, the entropy the bonus used), actor/kl_loss and actor/kl_coef (with use_kl_loss),
