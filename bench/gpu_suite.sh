@@ -269,7 +269,7 @@ ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations an
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
   # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
-  # c: our staleness-1 1.5B step, then the GPU tests of the defaults (token budget, main_ppo)
+  # c: our staleness-1 1.5B step, TRL 1.5B in bf16 weights (its fastest at 0.5B), the defaults' GPU tests
   TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --steps "${RATIO_STEPS:-4}" --workdir "$WORK")
   OURS=(python bench/step_throughput.py "${TRL[@]}" --gpu-memory-utilization 0.3)
   ASYNC=(--mode server --staleness 1 --max-tokens-per-gpu 32768)
@@ -297,6 +297,7 @@ ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations an
     ;;
   ratios_c)
     run step_1.5b_async1 300 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
+    trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
     run gpu_tests_defaults 260 0 "${PYTEST[@]}" tests/gpu/test_token_budget_gpu.py tests/gpu/test_main_ppo_gpu.py
     ;;
   esac
