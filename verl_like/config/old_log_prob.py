@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,14 +26,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 KEY = "actor_rollout_ref.actor.recompute_old_log_prob"
-
-
-@dataclass(frozen=True)
-class OldLogProbChoice:
-    """Whether the old log-probs need their own forward (`recompute`), and `reason` in words (logged)."""
-
-    recompute: bool
-    reason: str
 
 
 def needs_recompute(config: PPOConfig) -> str | None:
@@ -50,14 +41,6 @@ def needs_recompute(config: PPOConfig) -> str | None:
     return None
 
 
-def choose_old_log_prob(config: PPOConfig) -> OldLogProbChoice:
-    """Auto's decision for `config` (its recompute_old_log_prob unset)."""
-    reason = needs_recompute(config)
-    if reason is not None:
-        return OldLogProbChoice(True, reason)
-    return OldLogProbChoice(False, "one optimizer step per batch: the update's own forward gives them")
-
-
 def resolve_old_log_prob(config: PPOConfig) -> PPOConfig:
     """`config` with a null recompute_old_log_prob replaced by auto's decision (logged); raises when it is false
     but the update needs the old log-probs first. The same object when the key is set and consistent."""
@@ -71,8 +54,10 @@ def resolve_old_log_prob(config: PPOConfig) -> PPOConfig:
                              f"optimizer step per batch and no use of them before it; here {reason}. Set it to "
                              "null (auto) or true")
         return config
-    choice = choose_old_log_prob(config)
-    logger.info("%s=auto: %s (%s)", KEY, str(choice.recompute).lower(), choice.reason)
+    reason = needs_recompute(config)
+    recompute = reason is not None
+    logger.info("%s=auto: %s (%s)", KEY, str(recompute).lower(),
+                reason or "one optimizer step per batch: the update's own forward gives them")
     arr = config.actor_rollout_ref
-    arr = dataclasses.replace(arr, actor=dataclasses.replace(actor, recompute_old_log_prob=choice.recompute))
+    arr = dataclasses.replace(arr, actor=dataclasses.replace(actor, recompute_old_log_prob=recompute))
     return dataclasses.replace(config, actor_rollout_ref=arr)

@@ -386,15 +386,16 @@ class PPOTrainer:
         if recompute:  # else the update's own forward gives them, the gap and IS weights (config/old_log_prob.py)
             with timed(timings, "old_log_prob"):
                 batch = _merge(batch, c.actor_rollout.compute_log_prob(batch), metrics)
-        if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys() and not recompute:
-            batch.meta_info[ROLLOUT_IS_KEY] = cfg.algorithm.rollout_is_config()
-        elif cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
-            weights, is_metrics = compute_rollout_is_weights(
-                batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],
-                cfg.algorithm.rollout_is_config(),
-            )
-            batch.batch["rollout_is_weights"] = weights
-            metrics.update({k: float(v) for k, v in is_metrics.items()})  # keys are rollout_is/*
+        if cfg.algorithm.rollout_is and "rollout_log_probs" in batch.batch.keys():
+            if not recompute:  # the update computes them from its forward
+                batch.meta_info[ROLLOUT_IS_KEY] = cfg.algorithm.rollout_is_config()
+            else:
+                weights, is_metrics = compute_rollout_is_weights(
+                    batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],
+                    cfg.algorithm.rollout_is_config(),
+                )
+                batch.batch["rollout_is_weights"] = weights
+                metrics.update({k: float(v) for k, v in is_metrics.items()})  # keys are rollout_is/*
         if c.teacher is not None:  # distillation.enable: the teacher's top-k log-probs on these samples
             with timed(timings, "teacher"):
                 batch = _merge(batch, c.teacher.compute_teacher_topk(batch), metrics)

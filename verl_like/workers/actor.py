@@ -152,7 +152,7 @@ class PPOActor:
             if old_log_probs is None:  # one optimizer step over the batch: the weights that are about to update
                 old_log_probs = log_probs.detach()
                 if "rollout_log_probs" in tensors.keys():
-                    gap_shares, gap_peaks = _rollout_gaps(old_log_probs, tensors, mask)
+                    gap_shares, gap_peaks = rollout_gaps(old_log_probs, tensors, mask)
                     if rollout_is is not None:
                         is_weights, is_means, is_peaks = _rollout_is(old_log_probs, tensors, mask, rollout_is)
                         gap_peaks.update(is_peaks)
@@ -188,7 +188,7 @@ class PPOActor:
         return loss_fn
 
 
-def _rollout_gaps(log_probs: torch.Tensor, tensors, mask: torch.Tensor) -> tuple[dict, dict]:
+def rollout_gaps(log_probs: torch.Tensor, tensors, mask: torch.Tensor) -> tuple[dict, dict]:
     """A micro-batch's |rollout_log_probs - log_probs| on response tokens, per gap of `_GAPS`: its sum and token
     count (loss shares: summed over micro-batches and ranks) and its maximum (a `max_entry`)."""
     diff = (tensors["rollout_log_probs"].float() - log_probs.float()).abs()
@@ -218,8 +218,19 @@ def _rollout_is(log_probs: torch.Tensor, tensors, mask: torch.Tensor,
     return weights, means, peaks
 
 
+def gap_metrics(values: dict[str, float]) -> dict[str, float]:
+    """rollout/<gap>_mean and rollout/<gap>_max from the reduced `rollout_gaps` entries (<gap>_sum, _count, _max)."""
+    metrics = {}
+    for gap in _GAPS:
+        if f"{gap}_count" in values:
+            count = values[f"{gap}_count"]
+            metrics[f"rollout/{gap}_mean"] = values[f"{gap}_sum"] / count if count > 0 else 0.0
+            metrics[f"rollout/{gap}_max"] = values[f"{gap}_max"]
+    return metrics
+
+
 def rollout_gap_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """`metrics` with the update's gap entries (actor/<gap>_sum, _count, _max) turned into compute_log_prob's
+    """`metrics` (the update's, under actor/) with its gap entries turned into compute_log_prob's
     rollout/<gap>_mean and rollout/<gap>_max, and its rollout IS metrics named as the driver's (rollout_is/*)."""
     for name in [name for name in metrics if name.startswith("actor/rollout_is/")]:
         value = metrics.pop(name)
@@ -227,10 +238,6 @@ def rollout_gap_metrics(metrics: dict[str, float]) -> dict[str, float]:
             metrics["rollout_is/min"] = -value if value != float("-inf") else 0.0
         else:
             metrics[name[len("actor/"):]] = value if value != float("-inf") else 0.0
-    for name in _GAPS:
-        if f"actor/{name}_count" not in metrics:
-            continue
-        total, count = metrics.pop(f"actor/{name}_sum"), metrics.pop(f"actor/{name}_count")
-        metrics[f"rollout/{name}_mean"] = total / count if count > 0 else 0.0
-        metrics[f"rollout/{name}_max"] = metrics.pop(f"actor/{name}_max")
+    gap_names = [name for name in metrics if name[len("actor/"):].startswith(_GAPS)]
+    metrics.update(gap_metrics({name[len("actor/"):]: metrics.pop(name) for name in gap_names}))
     return metrics

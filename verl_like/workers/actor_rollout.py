@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-import torch.distributed as dist
 from transformers import AutoTokenizer
 
 from verl_like.config.actor import ActorConfig
@@ -61,15 +60,15 @@ from verl_like.engine.from_config import (
 )
 from verl_like.engine.model_loading import load_hf_config
 from verl_like.engine.model_outputs import response_mask_of
-from verl_like.engine.vision import rows_with_images
 from verl_like.protocol import DataProto
 from verl_like.resharding.transports import WeightTransport
 from verl_like.resharding.transports.factory import ServerLink, build_transport, server_transport_options
 from verl_like.rollout.base import RolloutEngine
 from verl_like.rollout.backends import EngineBuild, build_rollout_engine
 from verl_like.single_controller import Dispatch, Worker, register
-from verl_like.workers.actor import PPOActor
+from verl_like.workers.actor import PPOActor, gap_metrics, rollout_gaps
 from verl_like.workers.colocated_rollout import ColocatedRolloutComponent, ServerRolloutLink
+from verl_like.workers.ppo_update import metric_entries, reduce_metrics
 from verl_like.workers.reference import ReferencePolicy
 from verl_like.workers.train_request import TrainRequest
 from verl_like.workers.weight_version import WeightVersion
@@ -522,22 +521,11 @@ class ActorRolloutWorker(Worker):
         return self._rollout_side is not None and self._rollout_side.scores_text_rollouts(data)
 
     def _log_prob_diff(self, data: DataProto, old_log_probs: torch.Tensor) -> dict[str, float]:
-        """rollout/logprob_diff_{mean,max} over every response token; for a batch with images (docs/vision.md) also
-        rollout/image_logprob_diff_{mean,max} over the rows that have an image."""
-        mask = response_mask_of(data.batch).bool()
-        metrics = self._reduced_diff(data, old_log_probs, mask, "rollout/logprob_diff")
-        has_image = rows_with_images(data.batch)  # None on every rank or on none: a dataset has images or not
-        if has_image is not None:
-            metrics.update(self._reduced_diff(data, old_log_probs, mask & has_image.unsqueeze(1),
-                                              "rollout/image_logprob_diff"))
-        return metrics
-
-    def _reduced_diff(self, data: DataProto, old_log_probs: torch.Tensor, mask: torch.Tensor,
-                      name: str) -> dict[str, float]:
-        diff = (data.batch["rollout_log_probs"].float() - old_log_probs.float()).abs()[mask]
-        sums = torch.tensor([float(diff.sum()), float(diff.numel())], dtype=torch.float64)
-        peak = torch.tensor([float(diff.max()) if diff.numel() else 0.0], dtype=torch.float64)
+        """rollout/logprob_diff_{mean,max} over every response token of every rank; for a batch with images
+        (docs/vision.md) also rollout/image_logprob_diff_{mean,max} over the rows that have an image. The same
+        computation and reduction as the update's when its forward gives the old log-probs (workers/actor.py)."""
+        mask = response_mask_of(data.batch)
+        shares, peaks = rollout_gaps(old_log_probs, data.batch, mask)
+        entries = {**metric_entries(shares, {}, mask), **peaks}
         group = self._require(self.actor, "compute_log_prob").engine.dp_group
-        dist.all_reduce(sums, group=group)
-        dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=group)
-        return {f"{name}_mean": float(sums[0] / sums[1]) if sums[1] > 0 else 0.0, f"{name}_max": float(peak)}
+        return gap_metrics(reduce_metrics({name: [float(value)] for name, value in entries.items()}, group))
