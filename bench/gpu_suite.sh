@@ -39,6 +39,8 @@
 #   bash bench/gpu_suite.sh ratios_a  # issue #30 goal 1, one hold of three calls (a, b, c back to back): TRL 0.5B
 #   bash bench/gpu_suite.sh ratios_b  # (3 configurations) and our 0.5B sync | our 0.5B staleness 1, TRL 1.5B, our
 #   bash bench/gpu_suite.sh ratios_c  # 1.5B sync | our 1.5B staleness 1, the defaults' GPU tests
+#   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
+#     workload, and scoring finished sequences in one pass instead of per-step log-probs (issue #30 goals 1, 3)
 set -uo pipefail
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -249,7 +251,7 @@ server_lora_1gpu)  # issue #28: adapter-only LoRA sync into a vLLM server on the
     --out "$OUT/step_server_lora32_s1.json"
   ;;
 decode_knobs_1gpu)  # issue #30: raw vLLM decode on TRL's workload under engine knobs (async scheduling, core process...)
-  run decode_knobs 540 0 python bench/vllm_decode_knobs.py --workdir "$WORK"
+  run decode_knobs 540 0 python bench/vllm_decode_knobs.py --workdir "$WORK" ${DECODE_VARIANTS:+--variants $DECODE_VARIANTS}
   ;;
 qwen25vl_1gpu)  # issue #29: Qwen2.5-VL image prompts: vLLM vs trainer log-probs (GPU test), then whole GRPO steps
   run qwen_vl_gpu_test 240 0 "${PYTEST[@]}" tests/gpu/test_qwen_vl_gpu.py
@@ -272,7 +274,9 @@ ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations an
   # c: our staleness-1 1.5B step, TRL 1.5B in bf16 weights (its fastest at 0.5B), the defaults' GPU tests
   TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --steps "${RATIO_STEPS:-4}" --workdir "$WORK")
   OURS=(python bench/step_throughput.py "${TRL[@]}" --gpu-memory-utilization 0.3)
-  ASYNC=(--mode server --staleness 1 --max-tokens-per-gpu 32768)
+  # Staleness 1 on the defaults (budgets sized from free memory beside the server, whose KV cache is sized to what
+  # it can hold, rollout.kv_cache_tokens=null); the 2026-12-04 hold ran it at --max-tokens-per-gpu 32768.
+  ASYNC=(--mode server --staleness 1)
   trl_ready() {
     [ -d /tmp/trl_extra/trl ] || python -m pip install -q --no-deps --no-index --no-compile --target /tmp/trl_extra \
       .whl/trl/*.whl >"$OUT/trl_install.log" 2>&1

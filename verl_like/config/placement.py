@@ -96,8 +96,9 @@ class RolloutPlacement:
     @property
     def servers_start_early(self) -> bool:
         """Whether the servers launch before the trainer's workers, so that their start overlaps the workers':
-        only on devices of their own (servers on the trainer's devices wait for its models, because vLLM sizes
-        its KV cache from the memory it sees change; a user's servers run already)."""
+        on devices of their own (servers on the trainer's devices wait for its models when vLLM sizes its KV cache,
+        from the memory it sees change; trainer/setup.py starts them early too when their KV cache's size is
+        given; a user's servers run already)."""
         return self.kind is PlacementKind.OWN_POOL
 
     @property

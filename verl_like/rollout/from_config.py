@@ -42,13 +42,14 @@ def sampling_config(rollout: RolloutConfig, validate: bool = False, greedy: bool
 
 def vllm_engine_options(
     rollout: RolloutConfig, *, hf_overrides: Mapping[str, Any] | None = None, trust_remote_code: bool = False,
-    lora_rank: int = 0,
+    lora_rank: int = 0, kv_cache_memory_bytes: int | None = None,
 ) -> VLLMEngineOptions:
     """The VLLMEngineOptions of the rollout node (the engine's context is `rollout.engine_max_model_len`).
 
     hf_overrides / trust_remote_code: from actor_rollout_ref.model (its override_config, resolved against the
     model's config, and trust_remote_code), so vLLM builds the model the training engine builds. lora_rank: the
     adapter the engine will serve (0: none; also 0 with actor_rollout_ref.model.lora.merge, merged weights).
+    kv_cache_memory_bytes: one rank's KV cache (rollout/kv_cache.py; None: vLLM sizes it).
     """
     from verl_like.rollout.vllm import VLLMEngineOptions  # vLLM's module only when vLLM is the engine
 
@@ -57,6 +58,7 @@ def vllm_engine_options(
         dtype=rollout.dtype,
         max_model_len=rollout.engine_max_model_len,
         gpu_memory_utilization=rollout.gpu_memory_utilization,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
         enable_prefix_caching=rollout.enable_prefix_caching,
         load_format=rollout.load_format,
         seed=rollout.seed,
@@ -72,12 +74,25 @@ def vllm_engine_options(
 
 def vllm_options(build: EngineBuild) -> VLLMEngineOptions:
     """The "vllm" entry's options: `vllm_engine_options` with the model node's overrides resolved against the
-    policy's HF config (vLLM replaces a dict-valued field whole)."""
+    policy's HF config (vLLM replaces a dict-valued field whole) and the KV cache rollout.kv_cache_tokens asks
+    for on this process's device (rollout/kv_cache.py)."""
     from verl_like.engine.model_loading import resolved_overrides
+    from verl_like.rollout.kv_cache import kv_cache_bytes, kv_cache_request
+    from verl_like.utils.device import is_cuda_available
 
     overrides = resolved_overrides(build.hf_config, build.override_config) if build.override_config else {}
-    return vllm_engine_options(build.rollout, hf_overrides=overrides, trust_remote_code=build.trust_remote_code,
-                               lora_rank=build.lora_rank)
+    rollout = build.rollout
+    on_cuda = is_cuda_available()
+    request = kv_cache_request(rollout, build.hf_config, build.model_path, "cuda" if on_cuda else "cpu")
+    device_bytes = 0
+    if on_cuda and request is not None and request.fit:
+        import torch
+
+        device_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    kv_bytes = kv_cache_bytes(request, rollout.gpu_memory_utilization, device_bytes,
+                              rollout.tensor_model_parallel_size)
+    return vllm_engine_options(rollout, hf_overrides=overrides, trust_remote_code=build.trust_remote_code,
+                               lora_rank=build.lora_rank, kv_cache_memory_bytes=kv_bytes)
 
 
 @dataclass(frozen=True)

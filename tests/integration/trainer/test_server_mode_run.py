@@ -4,8 +4,9 @@
   default job raises the held-out reward as the colocated one does.
 - With a server the trainer starts on `rollout_pool`, killing that server mid-run restarts it and the run goes on
   as if nothing happened; with `server.max_restarts=0` the kill ends the job within the timeout, naming the server.
-  No vLLM process outlives either job. Such servers launch before the trainer's workers; when
-  the workers cannot start, the launched servers are released too.
+  No vLLM process outlives either job. Such servers launch before the trainer's workers (so do servers on the
+  trainer's devices whose KV cache is given its size); when the workers cannot start, the launched servers are
+  released too.
 - The asynchronous driver reproduces the synchronous run at staleness 0, raises the reward at staleness 1, and an
   async run killed with kill -9 resumes at its first untrained batch: its rollout dumps show every batch of the
   uninterrupted data order trained once, none skipped or repeated, none staler than K versions. With several
@@ -346,15 +347,23 @@ def test_killed_async_run_resumes_at_the_first_untrained_batch(cache_dir, tmp_pa
     assert all(0 <= lag <= staleness for step_lags in lags.values() for lag in step_lags), lags
 
 
-def test_servers_launched_before_the_workers_are_released_when_the_workers_fail(ray_cluster, tmp_path, vllm_server):
+# Servers on a pool of their own launch before the trainer's workers; so do servers on the trainer's devices whose KV
+# cache is given its size (vLLM then measures no memory the trainer's models could distort).
+EARLY_SERVERS = {"own_pool": [], "trainer_devices_kv_sized": [
+    "rollout_pool.gpu_fraction=0.5", "rollout_pool.n_gpus_per_node=2", "actor_rollout_ref.rollout.kv_cache_tokens=4096"]}
+
+
+@pytest.mark.parametrize("placement", list(EARLY_SERVERS))
+def test_servers_launched_before_the_workers_are_released_when_the_workers_fail(ray_cluster, tmp_path, vllm_server,
+                                                                                placement):
     from verl_like.trainer.setup import build_components
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the worker class travels by value
     before = vllm_processes()  # the session's server
     WorkerThatFailsOnceTheServerRuns.fronts_before = frozenset(server_fronts())
-    config = load_config(["+trainer=ci_smoke", *SERVER, f"trainer.default_local_dir={tmp_path}",
-                          "reward_model.scoring_workers=0"])
-    with pytest.raises(Exception, match=r"this worker fails on purpose \(new server fronts: \{\d+\}\)"):
+    config = load_config(["+trainer=ci_smoke", *SERVER, *EARLY_SERVERS[placement],
+                          f"trainer.default_local_dir={tmp_path}", "reward_model.scoring_workers=0"])
+    with pytest.raises(Exception, match=r"this worker fails on purpose \(new server fronts: \{\d+(, \d+)?\}\)"):
         build_components(config, actor_rollout_worker=WorkerThatFailsOnceTheServerRuns)
     assert_only_these_vllm_processes_remain(before)
     names = [pg["name"] for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
