@@ -302,7 +302,8 @@ ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations an
   ratios_c)
     run step_1.5b_async1 300 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
     trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
-    run gpu_tests_defaults 260 0 "${PYTEST[@]}" tests/gpu/test_token_budget_gpu.py tests/gpu/test_main_ppo_gpu.py
+    run gpu_tests_defaults 260 0 "${PYTEST[@]}" tests/gpu/test_token_budget_gpu.py tests/gpu/test_main_ppo_gpu.py \
+      tests/gpu/test_kv_cache_gpu.py
     ;;
   esac
   ;;
