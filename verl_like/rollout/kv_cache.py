@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+KEY = "actor_rollout_ref.rollout.kv_cache_tokens"
+
 # Every per-sequence allowance is rounded up to this many tokens: a multiple of every block size vLLM's attention
 # backends use for these models (16 on CUDA by default, 128 on CPU), so no sequence's last block is short.
 BLOCK_ROUND = 128
@@ -111,9 +113,6 @@ def fitted_kv_bytes(needed: int, weight_bytes: int, gpu_memory_utilization: floa
 def _text_config(hf_config: Any) -> Any:
     get_text = getattr(hf_config, "get_text_config", None)
     return get_text() if callable(get_text) else hf_config
-
-
-KEY = "actor_rollout_ref.rollout.kv_cache_tokens"
 
 
 @dataclass(frozen=True)
