@@ -39,6 +39,7 @@
 #   bash bench/gpu_suite.sh ratios_a  # issue #30 goal 1, one hold of three calls (a, b, c back to back): TRL 0.5B
 #   bash bench/gpu_suite.sh ratios_b  # (3 configurations) and our 0.5B sync | our 0.5B staleness 1, TRL 1.5B, our
 #   bash bench/gpu_suite.sh ratios_c  # 1.5B sync | our 1.5B staleness 1, the defaults' GPU tests
+#   bash bench/gpu_suite.sh ratios_7b_trl  # then ratios_7b_ours: TRL 7B (bf16 weights) and our 7B sync, one call each
 #   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
 #     workload, and scoring finished sequences in one pass instead of per-step log-probs (issue #30 goals 1, 3)
 set -uo pipefail
@@ -267,11 +268,14 @@ defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on 
   run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
     --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
   ;;
-ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations and ours, one hold, three calls
+ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours)  # issue #30 goal 1: TRL's fastest configurations and ours
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
   # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
   # c: our staleness-1 1.5B step, TRL 1.5B in bf16 weights (its fastest at 0.5B), the defaults' GPU tests
+  # 7b_trl / 7b_ours (two more calls, same hold): TRL 7B in bf16 weights without its IS correction (fp32 master
+  #    weights and AdamW would take ~112 GiB before vLLM); ours 7B sync with the policy offloaded to host memory
+  #    between its passes and vLLM's weights discarded while asleep (one H200 for both sides, goal 1's 7B row)
   TRL=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --steps "${RATIO_STEPS:-4}" --workdir "$WORK")
   OURS=(python bench/step_throughput.py "${TRL[@]}" --gpu-memory-utilization 0.3)
   # Staleness 1 on the defaults (budgets sized from free memory beside the server, whose KV cache is sized to what
@@ -299,6 +303,12 @@ ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations an
     trl_run trl_1.5b_fp32 qwen2.5-1.5b 230 --no-is-correction
     run step_1.5b_sync 240 0 "${OURS[@]}" --model qwen2.5-1.5b
     ;;
+  ratios_7b_trl)
+    trl_run trl_7b_bf16 qwen2.5-7b 560 --no-is-correction --model-dtype bfloat16
+    ;;
+  ratios_7b_ours)
+    run step_7b_sync 560 0 "${OURS[@]}" --model qwen2.5-7b --offload-policy --sleep-level 2
+    ;;
   ratios_c)
     run step_1.5b_async1 300 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
     trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
@@ -308,7 +318,7 @@ ratios_a|ratios_b|ratios_c)  # issue #30 goal 1: TRL's fastest configurations an
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours" >&2
   exit 2
   ;;
 esac
