@@ -42,7 +42,7 @@ VARIANTS = {  # name: (engine kwargs over the base's, sampled-token log-probs, e
 }
 
 
-def fitted_kv_bytes(model_dir: str, max_model_len: int) -> int:
+def defaults_kv_bytes(model_dir: str, max_model_len: int, gpu_memory_utilization: float) -> int:
     """The KV cache rollout.kv_cache_tokens=null gives this model (bf16, max_num_seqs 256) on this GPU."""
     import torch
     from transformers import AutoConfig
@@ -51,9 +51,9 @@ def fitted_kv_bytes(model_dir: str, max_model_len: int) -> int:
     from verl_like.rollout.kv_cache import kv_cache_bytes, kv_cache_request
 
     rollout = RolloutConfig(dtype="bfloat16", prompt_length=max_model_len - 1, response_length=1,
-                            gpu_memory_utilization=0.3)
+                            gpu_memory_utilization=gpu_memory_utilization)
     request = kv_cache_request(rollout, AutoConfig.from_pretrained(model_dir), model_dir, "cuda")
-    return kv_cache_bytes(request, 0.3, torch.cuda.get_device_properties(0).total_memory)
+    return kv_cache_bytes(request, gpu_memory_utilization, torch.cuda.get_device_properties(0).total_memory)
 
 
 def score(llm, prompts, outs) -> tuple[float, int]:
@@ -80,7 +80,8 @@ def run_variant(args: argparse.Namespace) -> dict:
                   max_model_len=args.prompt_len + args.response_len, seed=0, enable_sleep_mode=True)
     kwargs.update(engine_extra)
     if args.variant == "kv_fit":
-        kwargs["kv_cache_memory_bytes"] = fitted_kv_bytes(args.model_dir, args.prompt_len + args.response_len)
+        kwargs["kv_cache_memory_bytes"] = defaults_kv_bytes(args.model_dir, args.prompt_len + args.response_len,
+                                                            args.gpu_memory_utilization)
     start = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - start

@@ -130,6 +130,15 @@ def slowest_rank(per_rank: Any) -> dict[str, float]:
     return merged
 
 
+def _policy_hf_config(config: PPOConfig, model_path: str) -> Any:
+    """The policy's HF config with actor_rollout_ref.model.override_config applied (what the servers build)."""
+    from verl_like.engine.model_loading import load_hf_config
+
+    model = config.actor_rollout_ref.model
+    return load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
+                          override_config=dict(model.override_config) if model.override_config else None)
+
+
 def _server_kv_cache(config: PPOConfig, model_path: str, hf_config: Any) -> Any:
     """The KV cache the servers are asked for (rollout/kv_cache.py's KVCacheRequest; None: vLLM sizes it)."""
     from verl_like.rollout.kv_cache import kv_cache_request
@@ -141,23 +150,17 @@ def _server_kv_cache(config: PPOConfig, model_path: str, hf_config: Any) -> Any:
 def servers_size_kv_cache(config: PPOConfig, model_path: str) -> bool:
     """Whether the servers start with their KV cache's size given (rollout.kv_cache_tokens a number, or null on
     CUDA for a plain-attention model), so that they need not wait for the trainer's models on shared devices."""
-    from verl_like.engine.model_loading import load_hf_config
-
-    model = config.actor_rollout_ref.model
-    hf_config = load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
-                               override_config=dict(model.override_config) if model.override_config else None)
-    return _server_kv_cache(config, model_path, hf_config) is not None
+    return _server_kv_cache(config, model_path, _policy_hf_config(config, model_path)) is not None
 
 
 def _launch_servers(config: PPOConfig, model_path: str, trainer_pool: ResourcePool | None) -> LaunchedServers:
     """Starts the servers (or names the user's) with the flags the rollout backend's ServerBackend makes of the
     config (rollout/server_backend.py); does not wait for them."""
-    from verl_like.engine.model_loading import load_hf_config, resolved_overrides
+    from verl_like.engine.model_loading import resolved_overrides
     from verl_like.rollout.backends import server_backend
 
     rollout, model, trainer = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model, config.trainer
-    hf_config = load_hf_config(model_path, trust_remote_code=model.trust_remote_code,
-                               override_config=dict(model.override_config) if model.override_config else None)
+    hf_config = _policy_hf_config(config, model_path)
     overrides = resolved_overrides(hf_config, dict(model.override_config)) if model.override_config else {}
     device = resolve_device(trainer.device)
     backend = server_backend(rollout.name)

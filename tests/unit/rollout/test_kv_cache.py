@@ -61,7 +61,6 @@ def test_fit_keeps_the_need_when_it_fits_else_what_the_share_leaves():
 
 def _model_dir(tmp_path, weight_bytes: int, dtype: str = "float32"):
     (tmp_path / "model.safetensors").write_bytes(b"\0" * weight_bytes)
-    (tmp_path / "config.json").write_text("{}")
     return tmp_path, transformers.Qwen2Config(**QWEN_05B.to_diff_dict(), dtype=dtype)
 
 
