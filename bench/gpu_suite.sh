@@ -40,6 +40,10 @@
 #   bash bench/gpu_suite.sh ratios_b  # (3 configurations) and our 0.5B sync | our 0.5B staleness 1, TRL 1.5B, our
 #   bash bench/gpu_suite.sh ratios_c  # 1.5B sync | our 1.5B staleness 1, the defaults' GPU tests
 #   bash bench/gpu_suite.sh ratios_7b_trl  # then ratios_7b_ours: TRL 7B (bf16 weights) and our 7B sync, one call each
+#   bash bench/gpu_suite.sh ratios2_a  # issue #30 goal 1 after the KV cache, rescoring and no-log-prob defaults, one
+#   bash bench/gpu_suite.sh ratios2_b  # hold of three calls: TRL 0.5B bf16, our 0.5B sync and staleness 1 (defaults:
+#   bash bench/gpu_suite.sh ratios2_c  # rescore) | staleness 1 decoding its log-probs, TRL 1.5B bf16, our 1.5B sync |
+#                                      # our 1.5B staleness 1, the GPU tests of rescoring and the KV cache
 #   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
 #     workload, and scoring finished sequences in one pass instead of per-step log-probs (issue #30 goals 1, 3)
 set -uo pipefail
@@ -268,7 +272,7 @@ defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on 
   run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
     --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
   ;;
-ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours)  # issue #30 goal 1: TRL's fastest configurations and ours
+ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c)  # issue #30 goal 1
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
   # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
@@ -303,6 +307,21 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours)  # issue #30 goal 1: TR
     trl_run trl_1.5b_fp32 qwen2.5-1.5b 230 --no-is-correction
     run step_1.5b_sync 240 0 "${OURS[@]}" --model qwen2.5-1.5b
     ;;
+  ratios2_a)  # TRL's fastest at 0.5B (2026-12-04 hold) and ours on the defaults, synchronous and staleness 1
+    trl_run trl_0.5b_bf16 qwen2.5-0.5b 200 --no-is-correction --model-dtype bfloat16
+    run step_0.5b_sync 200 0 "${OURS[@]}" --model qwen2.5-0.5b
+    run step_0.5b_async1 240 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}"
+    ;;
+  ratios2_b)  # staleness 1 with the decode's log-probs (the A/B of rollout.log_probs_from); 1.5B TRL bf16, ours
+    run step_0.5b_async1_decode 240 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}" \
+      --override actor_rollout_ref.rollout.log_probs_from=decode
+    trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
+    run step_1.5b_sync 200 0 "${OURS[@]}" --model qwen2.5-1.5b
+    ;;
+  ratios2_c)
+    run step_1.5b_async1 260 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
+    run gpu_tests_rescore_kv 150 0 "${PYTEST[@]}" tests/gpu/test_rescore_gpu.py tests/gpu/test_kv_cache_gpu.py
+    ;;
   ratios_7b_trl)
     trl_run trl_7b_bf16 qwen2.5-7b 560 --no-is-correction --model-dtype bfloat16
     ;;
@@ -318,7 +337,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours)  # issue #30 goal 1: TR
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c" >&2
   exit 2
   ;;
 esac

@@ -191,7 +191,6 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
         *([f"actor_rollout_ref.rollout.sleep_level={args.sleep_level}"] if args.sleep_level else []),
         f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.ignore_eos=true",
         f"actor_rollout_ref.rollout.max_num_seqs={args.max_num_seqs}",
-        f"actor_rollout_ref.rollout.max_model_len={args.prompt_len + args.response_len}",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
         *([f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={2 * tokens_per_gpu}"] if tokens_per_gpu else []),
         f"actor_rollout_ref.rollout.update_weights_bucket_megabytes={args.bucket_mb}",

@@ -79,6 +79,8 @@ def run_variant(args: argparse.Namespace) -> dict:
                   distributed_executor_backend="uni", max_num_seqs=256, enable_prefix_caching=False,
                   max_model_len=args.prompt_len + args.response_len, seed=0, enable_sleep_mode=True)
     kwargs.update(engine_extra)
+    if args.variant == "score_after":  # vLLM scores a whole sequence as a prompt only with room for one more token
+        kwargs["max_model_len"] += 1
     if args.variant == "kv_fit":
         kwargs["kv_cache_memory_bytes"] = defaults_kv_bytes(args.model_dir, args.prompt_len + args.response_len,
                                                             args.gpu_memory_utilization)

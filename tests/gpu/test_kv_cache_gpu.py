@@ -15,7 +15,6 @@ pytest.importorskip("vllm")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 from verl_like.config.rollout import RolloutConfig  # noqa: E402
-from verl_like.models.tiny import build_tokenizer  # noqa: E402
 from verl_like.protocol import DataProto  # noqa: E402
 from verl_like.rollout.backends import EngineBuild, build_rollout_engine  # noqa: E402
 from verl_like.rollout.base import SamplingConfig  # noqa: E402
@@ -25,16 +24,8 @@ SEQS, PROMPT, RESPONSE = 64, 32, 96
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=1024, max_position_embeddings=1024, dtype="bfloat16")
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("kv_cache_gpu") / "qwen2"
-    Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
-    build_tokenizer().save_pretrained(out)  # ids below 1024; vLLM reads the pad token from it
-    return str(out), config
+def model_dir(small_bf16_qwen2):
+    return small_bf16_qwen2
 
 
 def _engine(model_dir, kv_cache_tokens):

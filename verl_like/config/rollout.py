@@ -12,6 +12,7 @@ _P = "actor_rollout_ref.rollout"
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
 WEIGHT_SYNC_MODES = ("sliced", "full")
+LOG_PROBS_SOURCES = ("decode", "rescore")  # rollout.log_probs_from (config/rollout_log_probs.py)
 ROLLOUT_MODES = ("colocate", "server")
 # verl's rollout.mode values: "sync" (the in-process engine) and "async" (agent loops against vLLM on the trainer's
 # own GPUs, asleep during the update: here the colocated engine, which agent loops drive request by request).
@@ -33,6 +34,15 @@ def _check_sampling(prefix: str, temperature: float, top_p: float, top_k: int, n
         raise ConfigError(f"{prefix}top_p={top_p} must be in (0, 1]")
     if top_k < -1:
         raise ConfigError(f"{prefix}top_k={top_k} must be >= 1, or -1 / 0 to keep every token")
+
+
+def rescorable(temperature: float, top_p: float, top_k: int | None, do_sample: bool) -> bool:
+    """True when the sampled tokens' processed log-probs equal the plain log-softmax of the logits, which a
+    rescoring pass computes (prompt log-probs have no temperature, top-k or top-p): greedy decoding, or temperature
+    1 with every token kept."""
+    if not do_sample or temperature == 0:
+        return True
+    return temperature == 1 and top_p == 1 and (top_k is None or top_k <= 0)
 
 
 @dataclass(frozen=True)
@@ -270,7 +280,17 @@ class RolloutConfig:
         the rollout-vs-trainer gap rollout/logprob_diff_*, the rollout IS weights). null (auto) is true unless
         trainer.device=cuda without algorithm.rollout_is: on a GPU vLLM's host work for them costs about as much
         as the decode itself at small model sizes (docs/benchmarks.md), and the synchronous update does not need
-        them (config/rollout_log_probs.py). Server mode, agent loops and the HF engine return them regardless.
+        them (config/rollout_log_probs.py). The in-process engine and our servers honour it; agent loops and the
+        HF engine return them regardless.
+      log_probs_from: how those log-probs are made. "decode": vLLM reports each sampled token's log-prob as it
+        decodes (host work per request and step). "rescore": the decode asks for none, then the engine scores the
+        finished sequences in one prompt-log-prob pass with the same weights (one prefill per sample). null
+        (auto) rescores on CUDA where it can, else decodes (config/rollout_log_probs.py). Rescoring gives the
+        temperature-1 log-softmax, so it needs temperature 1 (or greedy) and no top-k/top-p; it is refused with
+        async_training.partial_rollout (a sample frozen across an update would be scored by the new weights), and
+        the engine's context grows by one token (vLLM scores a prompt only with room for one generated token).
+        Image prompts and agent loops decode regardless; validation rollouts whose sampling cannot be rescored
+        decode.
       prompt_length: the longest prompt (tokens) the engine accepts. response_length: max new tokens per sample,
         also the width of the `responses` tensor.
       val_kwargs: sampling of validation rollouts (see RolloutValKwargs).
@@ -321,6 +341,7 @@ class RolloutConfig:
     n: int = 1
     ignore_eos: bool = False
     calculate_log_probs: bool | None = None
+    log_probs_from: str | None = None
     prompt_length: int = 512
     response_length: int = 512
     val_kwargs: RolloutValKwargs = field(default_factory=RolloutValKwargs)
@@ -380,6 +401,7 @@ class RolloutConfig:
                 f"{_P}.max_model_len={self.max_model_len} is below prompt_length + response_length = "
                 f"{self.prompt_length + self.response_length}; raise it or leave it unset (null)"
             )
+        self._check_log_probs_from()
         if self.max_num_seqs < 1:
             raise ConfigError(f"{_P}.max_num_seqs={self.max_num_seqs} must be >= 1")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
@@ -403,10 +425,32 @@ class RolloutConfig:
         if self.sync_check_tolerance is not None and not self.sync_check_tolerance > 0:
             raise ConfigError(f"{_P}.sync_check_tolerance={self.sync_check_tolerance} must be > 0, or null")
 
+    def _check_log_probs_from(self) -> None:
+        if self.log_probs_from is not None and self.log_probs_from not in LOG_PROBS_SOURCES:
+            raise ConfigError(f"{_P}.log_probs_from={self.log_probs_from!r} is not one of {LOG_PROBS_SOURCES} "
+                              "(or null: auto)")
+        if self.log_probs_from != "rescore":
+            return
+        if not rescorable(self.temperature, self.top_p, self.top_k, self.do_sample):
+            raise ConfigError(
+                f"{_P}.log_probs_from=rescore scores at temperature 1 with every token kept, but the rollout samples "
+                f"with temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}; set "
+                f"{_P}.log_probs_from=decode (or null), or sample at temperature 1 without top-k/top-p")
+        full = self.prompt_length + self.response_length
+        if self.max_model_len is not None and self.max_model_len <= full:
+            raise ConfigError(
+                f"{_P}.log_probs_from=rescore scores whole sequences of up to prompt_length + response_length = "
+                f"{full} tokens, and vLLM scores a prompt only with room for one more token, but {_P}.max_model_len="
+                f"{self.max_model_len}; set it to at least {full + 1}, leave it unset (null), or set "
+                f"{_P}.log_probs_from=decode")
+
     @property
     def engine_max_model_len(self) -> int:
-        """The engine's context limit: max_model_len, or prompt_length + response_length when unset."""
-        return self.max_model_len or self.prompt_length + self.response_length
+        """The engine's context limit: max_model_len, or prompt_length + response_length when unset (one more
+        with log_probs_from=rescore: vLLM scores a sequence as a prompt only with room for one generated token)."""
+        if self.max_model_len:
+            return self.max_model_len
+        return self.prompt_length + self.response_length + (1 if self.log_probs_from == "rescore" else 0)
 
     @property
     def bucket_bytes(self) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from verl_like.config.rollout import LOG_PROBS_SOURCES, rescorable
 from verl_like.protocol import DataProto
 
 
@@ -27,7 +28,11 @@ class SamplingConfig:
         ignore_eos: keep generating past the eos token(s) until `max_tokens` or a stop token.
         do_sample: False means greedy decoding (argmax); `rollout_log_probs` are then the plain log-softmax.
         log_probs: return `rollout_log_probs`; an engine that can skip computing them (the in-process vLLM
-            engine) leaves the column out when False, others return it anyway.
+            engine, our servers) leaves the column out when False, others return it anyway.
+        log_probs_from: "decode" (each sampled token's log-prob as it is decoded) or "rescore" (none while
+            decoding; the finished samples scored in one prompt-log-prob pass of the same engine, which needs
+            sampling whose processed log-probs are the plain log-softmax: config/rollout.py:rescorable). Engines
+            that cannot rescore (image prompts, agent loops, the HF engine) decode.
     """
 
     n: int = 1
@@ -40,6 +45,7 @@ class SamplingConfig:
     ignore_eos: bool = False
     do_sample: bool = True
     log_probs: bool = True
+    log_probs_from: str = "decode"
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -55,9 +61,25 @@ class SamplingConfig:
             raise ValueError(f"SamplingConfig.top_p={self.top_p} must be in (0, 1]")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"SamplingConfig.top_k={self.top_k} must be >= 1, or None to keep every token")
+        if self.log_probs_from not in LOG_PROBS_SOURCES:
+            raise ValueError(f"SamplingConfig.log_probs_from={self.log_probs_from!r} is not one of {LOG_PROBS_SOURCES}")
+        if self.rescore and not rescorable(self.temperature, self.top_p, self.top_k, self.do_sample):
+            raise ValueError(f"SamplingConfig.log_probs_from='rescore' needs temperature 1 (or greedy) without "
+                             f"top-k/top-p; got temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}")
         if not all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
             raise ValueError(f"SamplingConfig.stop_token_ids={self.stop_token_ids} must be a tuple of token ids")
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+
+    @property
+    def rescore(self) -> bool:
+        """True when the rollout's log-probs are asked for and come from a rescoring pass after the decode."""
+        return self.log_probs and self.log_probs_from == "rescore"
+
+    @property
+    def log_probs_request(self) -> str:
+        """What a server's generation route is asked for (rollout/server_generate.py): "decode", "rescore" or
+        "none"."""
+        return self.log_probs_from if self.log_probs else "none"
 
     @property
     def greedy(self) -> bool:

@@ -81,12 +81,17 @@ class ServerBackend(abc.ABC):
 
     # ----- generation -----
 
+    # The field of `generate_request`'s params saying how log-probs are made (SamplingConfig.log_probs_request).
+    LOG_PROBS_FIELD = "log_probs"
+
     @abc.abstractmethod
     def generate_request(self, prompt_ids: Sequence[int], params: Mapping[str, Any], *, lean: bool,
                          model: str | None = None, adapter: str | None = None) -> ServerRequest:
-        """The request for the `params["n"]` samples of one prompt (`SamplingConfig.vllm_fields`). lean: the server
-        has verl_like's lean route (`lean_probe_request`); else the standard completion route naming `model`.
-        adapter: the LoRA adapter the request names (None: base weights)."""
+        """The request for the `params["n"]` samples of one prompt (`SamplingConfig.vllm_fields`, plus
+        LOG_PROBS_FIELD: how the sampled tokens' log-probs are made, "decode" when absent; a route that cannot
+        skip or rescore them decodes them). lean: the server has verl_like's lean route (`lean_probe_request`);
+        else the standard completion route naming `model`. adapter: the LoRA adapter the request names (None:
+        base weights)."""
 
     @abc.abstractmethod
     def parse_samples(self, answer: Any, *, lean: bool) -> list[Completion]:

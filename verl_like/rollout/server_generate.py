@@ -10,9 +10,16 @@ engine on the same batch, which skips all of it (`detokenize=False`, flat log-pr
 middleware of the server's FastAPI app, in the server's front process). It answers
 
     POST /verl_like/generate  {"prompt_token_ids": [int, ...], "params": {vLLM SamplingParams fields},
-                               "lora_name": str (on a LoRA server: required, a loaded adapter; rollout/server_lora.py)}
+                               "lora_name": str (on a LoRA server: required, a loaded adapter; rollout/server_lora.py),
+                               "log_probs": "decode" (default) | "rescore" | "none"}
       -> {"samples": [{"token_ids": b64 int32, "log_probs": b64 float32, "finish_reason": str | null,
                        "weight_versions": [[version, start, end], ...] | null}, ...]}
+
+"log_probs" says how the sampled tokens' log-probs are made (rollout.log_probs_from, calculate_log_probs): by the
+decode (vLLM's per-token log-probs), by rescoring (the decode asks for none; once the samples are finished each is
+scored as a prompt, `prompt_logprobs=0`, in one more request of the same engine, all of a prompt's samples
+concurrently; only for temperature-1 sampling without top-k/top-p, which the trainer's config ensures), or not at
+all (an empty array).
     GET  /verl_like/generate  -> {"version": 1}   (clients probe it; a server without it answers 404)
 
 through the same engine client the OpenAI routes use, so `/pause`, `/resume` and the weight updates act on these
@@ -58,29 +65,44 @@ def decode_array(text: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype=dtype)
 
 
-def sampling_params(params: dict[str, Any], **fixed: Any) -> Any:
+def sampling_params(params: dict[str, Any], log_probs: bool = True, **fixed: Any) -> Any:
     """The in-process engine's SamplingParams (`token_sampling_params`) for a request's `params`
-    (`SamplingConfig.vllm_fields`) plus the route's own `fixed` fields, one answer when the request ends. Unknown
-    fields raise ValueError naming them."""
+    (`SamplingConfig.vllm_fields`) plus the route's own `fixed` fields, one answer when the request ends, the
+    sampled tokens' log-probs only with `log_probs`. Unknown fields raise ValueError naming them."""
     from verl_like.rollout.vllm import token_sampling_params
 
     unknown = sorted(set(params) - set(SAMPLING_FIELDS))
     if unknown:
         raise ValueError(f"unknown sampling fields {unknown}; this route takes {list(SAMPLING_FIELDS)}")
-    return token_sampling_params({**params, **fixed}, final_only=True)
+    return token_sampling_params({**params, **fixed}, final_only=True, log_probs=log_probs)
 
 
-def encode_output(output: Any) -> list[dict[str, Any]]:
-    """The samples of vLLM's final `RequestOutput`, in sample order, with their sampled tokens' log-probs."""
+LOG_PROBS_MODES = ("decode", "rescore", "none")
+
+
+def finished_samples(output: Any) -> list[Any]:
+    """The samples of vLLM's final `RequestOutput`, in sample order."""
+    return sorted(output.outputs, key=lambda sample: sample.index)
+
+
+def encode_output(output: Any, rescored: list[list[float]] | None = None, log_probs: bool = True
+                  ) -> list[dict[str, Any]]:
+    """The samples of vLLM's final `RequestOutput`, in sample order, with their sampled tokens' log-probs: the
+    decode's, `rescored` (one list per sample) when given, none (empty arrays) when not `log_probs`."""
     from verl_like.rollout import vllm_compat
 
     samples = []
-    for sample in sorted(output.outputs, key=lambda sample: sample.index):
+    for index, sample in enumerate(finished_samples(output)):
         tokens = list(sample.token_ids)
-        log_probs = vllm_compat.sampled_logprobs(tokens, sample.logprobs) if tokens else []
+        if rescored is not None:
+            log_probs_of = rescored[index]
+        elif log_probs and tokens:
+            log_probs_of = vllm_compat.sampled_logprobs(tokens, sample.logprobs)
+        else:
+            log_probs_of = []
         samples.append({
             "token_ids": encode_array(tokens, "<i4"),
-            "log_probs": encode_array(log_probs, "<f4"),
+            "log_probs": encode_array(log_probs_of, "<f4"),
             "finish_reason": sample.finish_reason,
             "weight_versions": vllm_compat.weight_version_spans(sample),
         })
@@ -108,15 +130,51 @@ async def generate_route(request: Any, call_next: Any) -> Any:
     try:
         body = await request.json()
         prompt = [int(token) for token in body["prompt_token_ids"]]
-        params = sampling_params(dict(body.get("params") or {}))
+        mode = body.get("log_probs", "decode")
+        if mode not in LOG_PROBS_MODES:
+            raise ValueError(f"log_probs={mode!r} is not one of {LOG_PROBS_MODES}")
+        params = sampling_params(dict(body.get("params") or {}), log_probs=mode == "decode")
         lora_request = lora_request_for(request.app, body.get("lora_name"))
     except (KeyError, TypeError, ValueError) as err:
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)
-    final = await generate_to_end(request.app.state.engine_client, {"prompt_token_ids": prompt}, params,
-                                  f"verl_like-{uuid.uuid4().hex}", lora_request)
+    engine = request.app.state.engine_client
+    final = await generate_to_end(engine, {"prompt_token_ids": prompt}, params, f"verl_like-{uuid.uuid4().hex}",
+                                  lora_request)
     if isinstance(final, JSONResponse):
         return final
-    return JSONResponse({"samples": encode_output(final)})
+    rescored = None
+    if mode == "rescore":
+        rescored = await rescore(engine, prompt, [list(s.token_ids) for s in finished_samples(final)], lora_request)
+        if isinstance(rescored, JSONResponse):
+            return rescored
+    return JSONResponse({"samples": encode_output(final, rescored, log_probs=mode != "none")})
+
+
+async def rescore(engine: Any, prompt: list[int], responses: list[list[int]], lora_request: Any) -> Any:
+    """Each response's tokens' log-probs given `prompt` (temperature 1), every response scored as a prompt in a
+    request of its own, all at once; or the JSONResponse of the first failure."""
+    import asyncio
+
+    from starlette.responses import JSONResponse
+
+    from verl_like.rollout import vllm_compat
+    from verl_like.rollout.vllm_scoring import scoring_params
+
+    params = scoring_params(final_only=True)
+
+    async def score(response: list[int]) -> Any:
+        if not response:
+            return []
+        sequence = prompt + response
+        final = await generate_to_end(engine, {"prompt_token_ids": sequence}, params,
+                                      f"verl_like-score-{uuid.uuid4().hex}", lora_request)
+        if isinstance(final, JSONResponse):
+            return final
+        return vllm_compat.prompt_token_logprobs(final.prompt_logprobs, sequence, len(prompt))
+
+    scored = await asyncio.gather(*(score(response) for response in responses))
+    failed = next((answer for answer in scored if not isinstance(answer, list)), None)
+    return failed if failed is not None else list(scored)
 
 
 async def generate_to_end(engine: Any, inputs: dict[str, Any], params: Any, request_id: str, lora_request: Any,

@@ -21,6 +21,7 @@ from verl_like.data.vision import MULTI_MODAL_DATA
 from verl_like.protocol import DataProto
 from verl_like.rollout.base import SamplingConfig
 from verl_like.rollout.batch import build_rollout_batch, generation_metrics, prompt_token_lists, rollout_rate
+from verl_like.rollout.server_backend import ServerBackend
 from verl_like.rollout.server_client import Completion, ServerClient, ServerError
 from verl_like.rollout.server_pool import RetryStats, ServerPool
 from verl_like.rollout.server_vision import ServerImages, request_body
@@ -109,8 +110,10 @@ class ServerGenerator:
         requests = [_Request() for _ in token_lists]
         sends = ([None] * len(token_lists) if MULTI_MODAL_DATA not in prompts.non_tensor_batch
                  else self.images.senders(prompts, token_lists, sampling.vllm_fields))
+        log_probs_field = {ServerBackend.LOG_PROBS_FIELD: sampling.log_probs_request}
         futures = [
-            self._pool.submit(self._complete, request, tokens, sampling.vllm_fields(index), stats, send)
+            self._pool.submit(self._complete, request, tokens, {**sampling.vllm_fields(index), **log_probs_field},
+                              stats, send)
             for index, (request, tokens, send) in enumerate(zip(requests, token_lists, sends))
         ]
         samples = self._wait(futures, requests)
@@ -123,7 +126,8 @@ class ServerGenerator:
         if stats.retried:
             logger.warning("%d request(s) were retried in this rollout; first causes: %s", stats.retried,
                            stats.causes)
-        return build_rollout_batch(prompts, responses, log_probs, sampling, self.pad_token_id, metrics)
+        return build_rollout_batch(prompts, responses, log_probs if sampling.log_probs else None, sampling,
+                                   self.pad_token_id, metrics)
 
     def refresh_adapters(self) -> None:
         """Each client names the LoRA adapter its server serves now (rollout/server_lora.py; None on a server

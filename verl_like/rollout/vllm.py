@@ -214,18 +214,21 @@ class VLLMRolloutEngine(RolloutEngine):
         if self._asleep:
             raise RuntimeError("VLLMRolloutEngine.generate called while asleep; call wake_up() first")
         token_lists = prompt_token_lists(prompts)
+        # Rescoring (rollout.log_probs_from) scores text samples after the decode, which then asks for none.
+        rescore = sampling.rescore and self._vision is None
+        decode_log_probs = sampling.log_probs and not rescore
         if self._vision is not None:
             from verl_like.rollout import vllm_vision
 
             requests, self.images_sent = vllm_vision.vision_requests(prompts, token_lists, self.images_sent)
             params = [token_sampling_params(vllm_vision.sampling_fields(sampling.vllm_fields(index), self._vision),
-                                            log_probs=sampling.log_probs) for index in range(len(requests))]
+                                            log_probs=decode_log_probs) for index in range(len(requests))]
         else:
             if "multi_modal_data" in prompts.non_tensor_batch:  # data/vision.py's column
                 raise ValueError(f"the batch holds images but {self.model_path} is a text model; use a "
                                  "vision-language model (docs/vision.md)")
             requests = [TokensPrompt(prompt_token_ids=tokens) for tokens in token_lists]
-            params = [token_sampling_params(sampling.vllm_fields(index), log_probs=sampling.log_probs)
+            params = [token_sampling_params(sampling.vllm_fields(index), log_probs=decode_log_probs)
                       for index in range(len(requests))]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora_request())
         if self._vision is not None:
@@ -237,11 +240,18 @@ class VLLMRolloutEngine(RolloutEngine):
             for sample in samples:
                 tokens = list(sample.token_ids)
                 responses.append(tokens)
-                if sampling.log_probs:
+                if decode_log_probs:
                     log_probs.append(vllm_compat.sampled_logprobs(tokens, sample.logprobs))
+        metrics = generation_metrics(responses)
+        if rescore:
+            from verl_like.rollout.vllm_scoring import rescore_samples
+
+            start = time.perf_counter()
+            row_prompts = [tokens for tokens in token_lists for _ in range(sampling.n)]
+            log_probs = rescore_samples(self.llm, row_prompts, responses, self._lora_request())
+            metrics["rollout/rescore_s"] = time.perf_counter() - start
         return build_rollout_batch(
-            prompts, responses, log_probs if sampling.log_probs else None, sampling, self.pad_token_id,
-            generation_metrics(responses),
+            prompts, responses, log_probs if sampling.log_probs else None, sampling, self.pad_token_id, metrics,
         )
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -329,6 +329,24 @@ def prompt_token_logprob(prompt_logprobs: Any, position: int, token: int) -> flo
     raise RuntimeError(f"vLLM's prompt log-probs at position {position} lack the prompt token {token}")
 
 
+def prompt_token_logprobs(prompt_logprobs: Any, token_ids: list[int], start: int) -> list[float]:
+    """The log-prob of each token start.. of `token_ids` from a `RequestOutput.prompt_logprobs` of that sequence
+    built with `prompt_logprobs=0`, dict or `FlatLogprobs` layout (where each position's first entry is its own
+    token, read without a search)."""
+    if len(prompt_logprobs) != len(token_ids):
+        raise RuntimeError(f"vLLM returned {len(prompt_logprobs)} prompt log-prob positions for {len(token_ids)} "
+                           "tokens")
+    starts = getattr(prompt_logprobs, "start_indices", None)
+    if starts is not None:
+        firsts = starts[start:]
+        ids = prompt_logprobs.token_ids
+        if all(ids[i] == token for i, token in zip(firsts, token_ids[start:])):
+            values = prompt_logprobs.logprobs
+            return [float(values[i]) for i in firsts]
+    return [prompt_token_logprob(prompt_logprobs, position, token_ids[position])
+            for position in range(start, len(token_ids))]
+
+
 def _release(version: str) -> tuple[int, ...]:
     """(major, minor, patch) of a vLLM version string such as "0.25.1" or "0.32.0+cpu"."""
     import re

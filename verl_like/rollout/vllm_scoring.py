@@ -24,19 +24,50 @@ from verl_like.rollout import vllm_compat
 logger = logging.getLogger(__name__)
 
 
+def scoring_params(final_only: bool = False):
+    """SamplingParams that score a sequence given as the prompt: each position's own token's log-prob
+    (temperature 1, no top-k/top-p: prompt log-probs are the raw log-softmax) and one generated token, taken
+    greedily so that scoring draws nothing from the engine's random state (the token is discarded). Flat layout
+    where the release has it; `final_only`: one output when the request ends (a server route)."""
+    from vllm import SamplingParams
+
+    extra = {}
+    if final_only:
+        from vllm.sampling_params import RequestOutputKind
+
+        extra["output_kind"] = RequestOutputKind.FINAL_ONLY
+    return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False,
+                          **vllm_compat.flat_logprobs_kwargs(), **extra)
+
+
 def score_token_log_probs(llm, token_ids: list[int], start: int, lora_request=None) -> list[float]:
     """The log-prob (temperature 1, no top-k/top-p) of each token start.. of `token_ids` given the tokens before
     it, from one forward of the engine (prompt log-probs are computed, never served from the prefix cache)."""
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     if not 0 < start < len(token_ids):
         raise ValueError(f"score_token_log_probs: start={start} must lie in (0, {len(token_ids)})")
-    params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
-    output = llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))], params, use_tqdm=False,
+    output = llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))], scoring_params(), use_tqdm=False,
                           lora_request=lora_request)[0]
-    return [vllm_compat.prompt_token_logprob(output.prompt_logprobs, position, token_ids[position])
-            for position in range(start, len(token_ids))]
+    return vllm_compat.prompt_token_logprobs(output.prompt_logprobs, list(token_ids), start)
+
+
+def rescore_samples(llm, prompts: list[list[int]], responses: list[list[int]], lora_request=None) -> list[list[float]]:
+    """Each response's tokens' log-probs (temperature 1, no top-k/top-p) given its prompt and the tokens before
+    it, from one prompt-log-prob pass of the engine over every prompt + response (rollout.log_probs_from=rescore).
+    An empty response gets an empty list."""
+    from vllm.inputs import TokensPrompt
+
+    if len(prompts) != len(responses):
+        raise ValueError(f"rescore_samples: {len(prompts)} prompts for {len(responses)} responses")
+    rows = [row for row, response in enumerate(responses) if response]
+    sequences = [list(prompts[row]) + list(responses[row]) for row in rows]
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=sequence) for sequence in sequences], scoring_params(),
+                           use_tqdm=False, lora_request=lora_request)
+    scored: list[list[float]] = [[] for _ in responses]
+    for row, sequence, output in zip(rows, sequences, outputs):
+        scored[row] = vllm_compat.prompt_token_logprobs(output.prompt_logprobs, sequence, len(prompts[row]))
+    return scored
 
 
 @dataclass(frozen=True)

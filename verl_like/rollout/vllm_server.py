@@ -100,15 +100,20 @@ class VLLMServerBackend(ServerBackend):
 
     def generate_request(self, prompt_ids: Sequence[int], params: Mapping[str, Any], *, lean: bool,
                          model: str | None = None, adapter: str | None = None) -> ServerRequest:
+        params = dict(params)
+        log_probs = params.pop(self.LOG_PROBS_FIELD, "decode")
         if lean:
-            body: dict[str, Any] = {"prompt_token_ids": list(prompt_ids), "params": dict(params)}
+            body: dict[str, Any] = {"prompt_token_ids": list(prompt_ids), "params": params}
+            if log_probs != "decode":
+                body["log_probs"] = log_probs
             if adapter is not None:
                 body["lora_name"] = adapter
             return ServerRequest("POST", GENERATE_ROUTE, json=body)
         if model is None:
             raise ValueError("a /v1/completions request names the served model: pass model=")
         # return_tokens_as_token_ids: the server writes "token_id:N" for each log-prob entry instead of decoding
-        # every generated token once more (we read only token_ids and token_logprobs).
+        # every generated token once more (we read only token_ids and token_logprobs). This route always decodes
+        # the log-probs, whatever `log_probs` asked.
         body = {"model": model, "prompt": list(prompt_ids), "logprobs": 0, "return_token_ids": True,
                 "return_tokens_as_token_ids": True, "skip_special_tokens": False, **params}
         return ServerRequest("POST", "/v1/completions", json=body)

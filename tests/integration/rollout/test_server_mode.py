@@ -134,6 +134,33 @@ def test_the_lean_route_returns_what_openai_completions_return(linked):
         openai.close()
 
 
+def test_the_lean_route_rescores_or_skips_the_log_probs_when_asked(linked):
+    """SamplingConfig.log_probs_from=rescore: the server decodes without log-probs, then scores every finished
+    sample as a prompt; log_probs=False: it returns none and the batch has no rollout_log_probs column. The seeded
+    samples are the same in all three; the rescored log-probs are the decode's (fp32). An unknown mode is refused."""
+    import dataclasses
+
+    from verl_like.rollout.base import SamplingConfig
+    from verl_like.rollout.server_generate import ROUTE
+
+    servers, prompts = linked["handle"].servers, linked["prompts"]
+    sampling = SamplingConfig(n=2, max_tokens=8, seed=9)
+    decoded = servers.generate(prompts, sampling)
+    rescored = servers.generate(prompts, dataclasses.replace(sampling, log_probs_from="rescore"))
+    skipped = servers.generate(prompts, dataclasses.replace(sampling, log_probs=False))
+    for key in ("responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
+        assert torch.equal(decoded.batch[key], rescored.batch[key]) and torch.equal(decoded.batch[key],
+                                                                                    skipped.batch[key]), key
+    assert "rollout_log_probs" not in skipped.batch.keys()
+    mask = rescored.batch["response_mask"].bool()
+    got, want = rescored.batch["rollout_log_probs"], decoded.batch["rollout_log_probs"]
+    assert (got[~mask] == 0).all() and float((got - want).abs()[mask].max()) <= 1e-5
+    prompt = prompts.batch["input_ids"][0][prompts.batch["attention_mask"][0].bool()].tolist()
+    with pytest.raises(ServerError, match=r"HTTP 400.*log_probs='sometimes' is not one of"):
+        servers.clients[0].request("POST", ROUTE, json={"prompt_token_ids": prompt, "params": {"max_tokens": 2},
+                                                        "log_probs": "sometimes"})
+
+
 def test_a_dead_server_is_named_in_the_error(linked):
     client = ServerClient("http://127.0.0.1:9", "server 3", timeout_s=5)  # nothing listens on port 9
     with pytest.raises(ServerError, match=r"server 3 \(http://127.0.0.1:9\): (GET|POST) /[\w/]+ failed: ConnectError"):

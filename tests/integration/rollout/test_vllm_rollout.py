@@ -111,6 +111,24 @@ def test_without_log_probs_the_same_samples_come_back_without_their_column(engin
         assert torch.equal(with_log_probs.batch[key], without.batch[key]), key
 
 
+def test_rescored_log_probs_are_the_decodes_for_the_same_samples(engine, tiny_model_dir, prompt_batch):
+    """log_probs_from=rescore: the decode asks for no log-probs and one prompt-log-prob pass scores the finished
+    samples; the same seeded samples come back, with the decode's log-probs (both fp32 here), which are the HF
+    model's in float64 (prompt rows of different lengths: every row is scored after its own prompt)."""
+    sampling = SamplingConfig(n=2, max_tokens=12, seed=5)
+    decoded = engine.generate(prompt_batch, sampling)
+    rescored = engine.generate(prompt_batch, dataclasses.replace(sampling, log_probs_from="rescore"))
+    for key in ("responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
+        assert torch.equal(decoded.batch[key], rescored.batch[key]), key
+    mask = rescored.batch["response_mask"]
+    got = rescored.batch["rollout_log_probs"]
+    assert (got[~mask.bool()] == 0).all()
+    assert mean_abs_diff(got, decoded.batch["rollout_log_probs"], mask) <= 1e-5
+    reference = forward_log_probs(load_hf_model(tiny_model_dir).double(), rescored, sampling)
+    assert mean_abs_diff(got.double(), reference, mask) <= 1e-5
+    assert rescored.meta_info["metrics"]["rollout/rescore_s"] > 0
+
+
 def test_engine_tokenizer_round_trips_text(engine):
     text = "what is 12 + 3 * (4 - 1)? answer: 21."
     ids = engine.tokenizer.encode(text, add_special_tokens=False)

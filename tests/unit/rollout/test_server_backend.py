@@ -24,6 +24,19 @@ def test_the_lean_generate_request_carries_token_ids_params_and_the_adapter():
     assert "lora_name" not in VLLM_SERVER.generate_request([1], PARAMS, lean=True).json
 
 
+@pytest.mark.parametrize("mode", ["rescore", "none"])
+def test_the_log_probs_field_moves_out_of_the_params_into_the_lean_body(mode):
+    params = {**PARAMS, VLLM_SERVER.LOG_PROBS_FIELD: mode}
+    lean = VLLM_SERVER.generate_request([1, 2], params, lean=True).json
+    assert lean["log_probs"] == mode and lean["params"] == PARAMS
+    decode = VLLM_SERVER.generate_request([1, 2], {**PARAMS, VLLM_SERVER.LOG_PROBS_FIELD: "decode"}, lean=True).json
+    assert "log_probs" not in decode and decode["params"] == PARAMS  # the route's default
+    # vLLM's completion route always decodes them; the field never reaches it.
+    openai = VLLM_SERVER.generate_request([1, 2], params, lean=False, model="tiny").json
+    assert "log_probs" not in openai and openai["logprobs"] == 0
+    assert params[VLLM_SERVER.LOG_PROBS_FIELD] == mode  # the caller's dict is left as it was
+
+
 def test_the_completions_request_names_the_model_and_asks_for_token_ids_back():
     request = VLLM_SERVER.generate_request([5, 6], PARAMS, lean=False, model="tiny")
     assert (request.method, request.route) == ("POST", "/v1/completions")

@@ -67,3 +67,22 @@ def test_prompt_topk_reads_both_layouts_and_drops_the_prompt_token_outside_the_t
         assert vllm_compat.prompt_topk_logprobs(layout, 2, 3) == ([1, 2, 9], [-0.7, -1.1, -3.0])
     with pytest.raises(RuntimeError, match="rank <= 4"):
         vllm_compat.prompt_topk_logprobs(_prompt_positions(), 1, 4)
+
+
+def test_prompt_token_log_probs_read_a_scored_sequence_in_both_layouts():
+    """prompt_logprobs=0 (a rescoring pass): each position holds its own token; position 0 has none. A position
+    whose first flat entry is another token (prompt_logprobs > 0) is searched."""
+    sequence = [3, 8, 4]
+    scored = [None, {8: Logprob(logprob=-0.2, rank=1)}, {4: Logprob(logprob=-6.0, rank=6)}]
+    flat_layout = FlatLogprobs()
+    for position in scored:
+        flat_layout.append(position)
+    wider = FlatLogprobs()
+    for position in _prompt_positions():
+        wider.append(position)
+    for layout in (scored, flat_layout):
+        assert vllm_compat.prompt_token_logprobs(layout, sequence, 1) == [-0.2, -6.0]
+        assert vllm_compat.prompt_token_logprobs(layout, sequence, 2) == [-6.0]
+    assert vllm_compat.prompt_token_logprobs(wider, [0, 3, 4], 1) == [-2.0, -6.0]
+    with pytest.raises(RuntimeError, match="3 prompt log-prob positions for 2 tokens"):
+        vllm_compat.prompt_token_logprobs(flat_layout, sequence[:2], 1)

@@ -1,0 +1,18 @@
+# Source on the GPU machine from the repo root, after the device kit's env.sh (../shared/devicekit/README.md):
+#   source .devkit/pN/env.sh && source bench/device_env.sh && bash bench/gpu_suite.sh STAGE
+# Installs the wheels carried in .whl/ (hydra-core, omegaconf, antlr4, tensordict, pyvers, httpx and the vLLM
+# server's uvicorn / model-hosting-container-standards / jmespath; docs/benchmarks.md) into /tmp/extra once per
+# machine, puts this repo and /tmp/extra on the path after the kit, and compiles the kit's, the extras' and this
+# repo's bytecode once (the device sets PYTHONDONTWRITEBYTECODE: without it every process compiles them again).
+if [ ! -f /tmp/extra/.verl_like-extra ]; then
+  python -m pip install -q --no-deps --no-index --no-compile --target /tmp/extra .whl/*.whl \
+    && touch /tmp/extra/.verl_like-extra || echo "device_env: installing .whl/*.whl failed" >&2
+fi
+case ":${PYTHONPATH:-}:" in *":/tmp/extra:"*) ;; *) export PYTHONPATH="$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/extra" ;; esac
+if [ ! -f /tmp/extra/.verl_like-bytecode ]; then
+  for _de_dir in ${DEVKIT_SITE:-/tmp/site} /tmp/extra "$PWD/verl_like"; do
+    [ -d "$_de_dir" ] && python -m compileall -q -j 0 "$_de_dir" >/dev/null 2>&1
+  done
+  touch /tmp/extra/.verl_like-bytecode
+  unset _de_dir
+fi
