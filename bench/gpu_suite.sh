@@ -40,10 +40,10 @@
 #   bash bench/gpu_suite.sh ratios_b  # (3 configurations) and our 0.5B sync | our 0.5B staleness 1, TRL 1.5B, our
 #   bash bench/gpu_suite.sh ratios_c  # 1.5B sync | our 1.5B staleness 1, the defaults' GPU tests
 #   bash bench/gpu_suite.sh ratios_7b_trl  # then ratios_7b_ours: TRL 7B (bf16 weights) and our 7B sync, one call each
-#   bash bench/gpu_suite.sh ratios2_a  # issue #30 goal 1 after the KV cache, rescoring and no-log-prob defaults, one
-#   bash bench/gpu_suite.sh ratios2_b  # hold of three calls: TRL 0.5B bf16, our 0.5B sync and staleness 1 (defaults:
-#   bash bench/gpu_suite.sh ratios2_c  # rescore) | staleness 1 decoding its log-probs, TRL 1.5B bf16, our 1.5B sync |
-#                                      # our 1.5B staleness 1, the GPU tests of rescoring and the KV cache
+#   bash bench/gpu_suite.sh ratios2_a  # issue #30 goal 1 on the KV-cache and no-log-prob defaults, one hold of three
+#   bash bench/gpu_suite.sh ratios2_b  # calls: TRL 0.5B bf16, our 0.5B sync and staleness 1 with log_probs_from=
+#   bash bench/gpu_suite.sh ratios2_c  # rescore | staleness 1 on the defaults (decode), TRL 1.5B bf16, our 1.5B sync
+#                                      # | our 1.5B staleness 1 (rescore), the GPU tests of rescoring and the KV cache
 #   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
 #     workload, and scoring finished sequences in one pass instead of per-step log-probs (issue #30 goals 1, 3)
 set -uo pipefail
@@ -285,6 +285,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   # Staleness 1 on the defaults (budgets sized from free memory beside the server, whose KV cache is sized to what
   # it can hold, rollout.kv_cache_tokens=null); the 2026-12-04 hold ran it at --max-tokens-per-gpu 32768.
   ASYNC=(--mode server --staleness 1)
+  RESCORE=(--override actor_rollout_ref.rollout.log_probs_from=rescore)
   trl_ready() {
     [ -d /tmp/trl_extra/trl ] || python -m pip install -q --no-deps --no-index --no-compile --target /tmp/trl_extra \
       .whl/trl/*.whl >"$OUT/trl_install.log" 2>&1
@@ -307,19 +308,18 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
     trl_run trl_1.5b_fp32 qwen2.5-1.5b 230 --no-is-correction
     run step_1.5b_sync 240 0 "${OURS[@]}" --model qwen2.5-1.5b
     ;;
-  ratios2_a)  # TRL's fastest at 0.5B (2026-12-04 hold) and ours on the defaults, synchronous and staleness 1
+  ratios2_a)  # TRL's fastest at 0.5B (2026-12-04 hold); ours synchronous on the defaults, staleness 1 rescoring
     trl_run trl_0.5b_bf16 qwen2.5-0.5b 200 --no-is-correction --model-dtype bfloat16
     run step_0.5b_sync 200 0 "${OURS[@]}" --model qwen2.5-0.5b
-    run step_0.5b_async1 240 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}"
+    run step_0.5b_async1_rescore 240 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}" "${RESCORE[@]}"
     ;;
-  ratios2_b)  # staleness 1 with the decode's log-probs (the A/B of rollout.log_probs_from); 1.5B TRL bf16, ours
-    run step_0.5b_async1_decode 240 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}" \
-      --override actor_rollout_ref.rollout.log_probs_from=decode
+  ratios2_b)  # staleness 1 on the defaults (the decode's log-probs: the A/B of rollout.log_probs_from); 1.5B
+    run step_0.5b_async1 240 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}"
     trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
     run step_1.5b_sync 200 0 "${OURS[@]}" --model qwen2.5-1.5b
     ;;
   ratios2_c)
-    run step_1.5b_async1 260 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
+    run step_1.5b_async1_rescore 260 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}" "${RESCORE[@]}"
     run gpu_tests_rescore_kv 150 0 "${PYTEST[@]}" tests/gpu/test_rescore_gpu.py tests/gpu/test_kv_cache_gpu.py
     ;;
   ratios_7b_trl)

@@ -282,15 +282,14 @@ class RolloutConfig:
         as the decode itself at small model sizes (docs/benchmarks.md), and the synchronous update does not need
         them (config/rollout_log_probs.py). The in-process engine and our servers honour it; agent loops and the
         HF engine return them regardless.
-      log_probs_from: how those log-probs are made. "decode": vLLM reports each sampled token's log-prob as it
-        decodes (host work per request and step). "rescore": the decode asks for none, then the engine scores the
-        finished sequences in one prompt-log-prob pass with the same weights (one prefill per sample). null
-        (auto) rescores on CUDA where it can, else decodes (config/rollout_log_probs.py). Rescoring gives the
-        temperature-1 log-softmax, so it needs temperature 1 (or greedy) and no top-k/top-p; it is refused with
-        async_training.partial_rollout (a sample frozen across an update would be scored by the new weights), and
-        the engine's context grows by one token (vLLM scores a prompt only with room for one generated token).
-        Image prompts and agent loops decode regardless; validation rollouts whose sampling cannot be rescored
-        decode.
+      log_probs_from: how those log-probs are made. "decode" (default): vLLM reports each sampled token's
+        log-prob as it decodes (host work per request and decode step). "rescore": the decode asks for none, then
+        the engine scores the finished samples in one prompt-log-prob pass with the same weights (one prefill per
+        sample: GPU work instead). Rescoring gives the temperature-1 log-softmax, so it needs temperature 1 (or
+        greedy) and no top-k/top-p; it is refused with async_training.partial_rollout (a sample frozen across an
+        update would be scored by the new weights) and with agent loops, and the engine's context grows by one
+        token (vLLM scores a prompt only with room for one generated token). Image prompts decode regardless;
+        validation rollouts whose sampling cannot be rescored decode (config/rollout_log_probs.py).
       prompt_length: the longest prompt (tokens) the engine accepts. response_length: max new tokens per sample,
         also the width of the `responses` tensor.
       val_kwargs: sampling of validation rollouts (see RolloutValKwargs).
@@ -341,7 +340,7 @@ class RolloutConfig:
     n: int = 1
     ignore_eos: bool = False
     calculate_log_probs: bool | None = None
-    log_probs_from: str | None = None
+    log_probs_from: str = "decode"
     prompt_length: int = 512
     response_length: int = 512
     val_kwargs: RolloutValKwargs = field(default_factory=RolloutValKwargs)
@@ -426,9 +425,8 @@ class RolloutConfig:
             raise ConfigError(f"{_P}.sync_check_tolerance={self.sync_check_tolerance} must be > 0, or null")
 
     def _check_log_probs_from(self) -> None:
-        if self.log_probs_from is not None and self.log_probs_from not in LOG_PROBS_SOURCES:
-            raise ConfigError(f"{_P}.log_probs_from={self.log_probs_from!r} is not one of {LOG_PROBS_SOURCES} "
-                              "(or null: auto)")
+        if self.log_probs_from not in LOG_PROBS_SOURCES:
+            raise ConfigError(f"{_P}.log_probs_from={self.log_probs_from!r} is not one of {LOG_PROBS_SOURCES}")
         if self.log_probs_from != "rescore":
             return
         if not rescorable(self.temperature, self.top_p, self.top_k, self.do_sample):

@@ -10,13 +10,14 @@ on CUDA otherwise (verl's default). The weight sync's own check (rollout/sync_ch
 sync either way. false with algorithm.rollout_is is refused, naming both keys. The in-process vLLM engine and our
 servers skip them when false; agent loops and the HF engine return them regardless.
 
-`actor_rollout_ref.rollout.log_probs_from: null` (auto) decides how they are made where they are asked for:
-"rescore" (the decode asks for none; the finished samples are scored in one prompt-log-prob pass, one prefill per
-sample: GPU work instead of per-step host work) on CUDA where rescoring gives the same values, "decode" otherwise:
-off CUDA (rescoring there is a second forward of the whole batch on the CPU), with sampling that rescoring cannot
-reproduce (temperature other than 1, top-k, top-p), with async_training.partial_rollout (a sample frozen across a
-weight update would be scored by the new weights), and where agent loops run the rollout (they decode regardless).
-Explicit "rescore" where it cannot apply is refused, naming the keys.
+`actor_rollout_ref.rollout.log_probs_from` says how they are made where they are asked for: "decode" (the default:
+vLLM's per-token log-probs) or "rescore" (the decode asks for none; the finished samples are scored in one
+prompt-log-prob pass, one prefill per sample: GPU work in place of per-step host work). "rescore" is refused where
+it would not give the decode's values: sampling other than temperature 1 without top-k/top-p, async_training's
+partial rollout (a sample frozen across a weight update would be scored by the new weights), agent loops (they
+decode regardless), and a max_model_len with no room for a whole sequence plus one token. It is opt-in: where it
+pays depends on the model's size (a prefill of every sample against vLLM's per-step host work), which no GPU run
+has measured yet (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -45,39 +46,21 @@ def choose_calculate_log_probs(device: str, rollout_is: bool) -> tuple[bool, str
 
 
 def cannot_rescore(config: PPOConfig) -> str | None:
-    """Why the rollout's log-probs cannot come from a rescoring pass in this run (None: they can)."""
-    from verl_like.config.rollout import rescorable, uses_agent_loops
+    """Why the rollout's log-probs cannot come from a rescoring pass in this run, beyond the rollout node's own
+    checks (sampling, max_model_len: config/rollout.py); None: they can."""
+    from verl_like.config.rollout import uses_agent_loops
 
-    rollout = config.actor_rollout_ref.rollout
-    if not rescorable(rollout.temperature, rollout.top_p, rollout.top_k, rollout.do_sample):
-        return (f"the rollout samples with temperature={rollout.temperature}, top_p={rollout.top_p}, "
-                f"top_k={rollout.top_k}, and rescoring gives the temperature-1 log-softmax")
     if config.async_training.enable and config.async_training.partial_rollout:
         return "async_training.partial_rollout=true (a sample frozen across a weight update spans two versions)"
-    if uses_agent_loops(rollout):
+    if uses_agent_loops(config.actor_rollout_ref.rollout):
         return "agent loops run the rollout (they take the decode's log-probs)"
-    full = rollout.prompt_length + rollout.response_length
-    if rollout.max_model_len is not None and rollout.max_model_len <= full:
-        return (f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} leaves no room to score a whole "
-                f"sequence of {full} tokens as a prompt (vLLM wants one more)")
     return None
 
 
-def choose_log_probs_from(config: PPOConfig) -> tuple[str, str]:
-    """Auto's "decode" or "rescore" for `config` (whose rollout asks for log-probs), and its reason."""
-    if config.trainer.device != "cuda":
-        return "decode", f"trainer.device={config.trainer.device}: a rescoring pass would be a second CPU forward"
-    reason = cannot_rescore(config)
-    if reason is not None:
-        return "decode", reason
-    return "rescore", ("on CUDA one prompt-log-prob pass over the finished samples replaces vLLM's per-token host "
-                       "work in the decode")
-
-
 def resolve_calculate_log_probs(config: PPOConfig) -> PPOConfig:
-    """`config` with a null calculate_log_probs and a null log_probs_from replaced by auto's decisions (logged);
-    raises for false with algorithm.rollout_is and for rescore where it cannot apply. The same object when both
-    keys are set."""
+    """`config` with a null calculate_log_probs replaced by auto's decision (logged); raises for false with
+    algorithm.rollout_is and for log_probs_from=rescore where it cannot apply. The same object when the key is
+    set."""
     rollout = config.actor_rollout_ref.rollout
     if rollout.calculate_log_probs is False and config.algorithm.rollout_is:
         raise ValueError(f"{KEY}=false but algorithm.rollout_is=true computes its weights from them; set {KEY} to "
@@ -85,19 +68,11 @@ def resolve_calculate_log_probs(config: PPOConfig) -> PPOConfig:
     if rollout.log_probs_from == "rescore":
         reason = cannot_rescore(config)
         if reason is not None:
-            raise ValueError(f"{FROM_KEY}=rescore cannot give this run's log-probs: {reason}; set {FROM_KEY}=decode "
-                             "or null (auto)")
-    calculate = rollout.calculate_log_probs
-    if calculate is None:
-        calculate, reason = choose_calculate_log_probs(config.trainer.device, config.algorithm.rollout_is)
-        logger.info("%s=auto: %s (%s)", KEY, str(calculate).lower(), reason)
-    source = rollout.log_probs_from
-    if source is None:
-        source, reason = choose_log_probs_from(config) if calculate else ("decode", f"{KEY}=false")
-        if calculate:
-            logger.info("%s=auto: %s (%s)", FROM_KEY, source, reason)
-    if (calculate, source) == (rollout.calculate_log_probs, rollout.log_probs_from):
+            raise ValueError(f"{FROM_KEY}=rescore cannot give this run's log-probs: {reason}; set {FROM_KEY}=decode")
+    if rollout.calculate_log_probs is not None:
         return config
+    value, reason = choose_calculate_log_probs(config.trainer.device, config.algorithm.rollout_is)
+    logger.info("%s=auto: %s (%s)", KEY, str(value).lower(), reason)
     arr = config.actor_rollout_ref
-    new_rollout = dataclasses.replace(rollout, calculate_log_probs=calculate, log_probs_from=source)
-    return dataclasses.replace(config, actor_rollout_ref=dataclasses.replace(arr, rollout=new_rollout))
+    arr = dataclasses.replace(arr, rollout=dataclasses.replace(rollout, calculate_log_probs=value))
+    return dataclasses.replace(config, actor_rollout_ref=arr)

@@ -23,16 +23,16 @@ def sampling_config(rollout: RolloutConfig, validate: bool = False, greedy: bool
     """The SamplingConfig of a training rollout, a validation rollout (`val_kwargs`), or greedy decoding
     (one sample, argmax; e.g. ReMax's baseline). temperature 0 or do_sample False also mean greedy. The
     sampled tokens' log-probs are asked for unless rollout.calculate_log_probs is false (null counts as true),
-    made as rollout.log_probs_from says (null: decode); a call whose sampling rescoring cannot reproduce (a
-    validation temperature, say) decodes them."""
+    made as rollout.log_probs_from says; a call whose sampling rescoring cannot reproduce (a validation
+    temperature, say) decodes them."""
     source = rollout.val_kwargs if validate else rollout
     log_probs = rollout.calculate_log_probs is not False
     if greedy or not source.do_sample or source.temperature == 0:
         n = 1 if greedy else source.n
         return SamplingConfig(n=n, do_sample=False, max_tokens=rollout.response_length, ignore_eos=rollout.ignore_eos,
-                              log_probs=log_probs, log_probs_from=rollout.log_probs_from or "decode")
+                              log_probs=log_probs, log_probs_from=rollout.log_probs_from)
     top_k = source.top_k if source.top_k > 0 else None
-    log_probs_from = rollout.log_probs_from or "decode"
+    log_probs_from = rollout.log_probs_from
     if not rescorable(source.temperature, source.top_p, top_k, True):
         log_probs_from = "decode"
     return SamplingConfig(

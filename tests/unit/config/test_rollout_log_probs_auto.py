@@ -1,5 +1,6 @@
 """rollout.calculate_log_probs: null (auto) asks vLLM for the sampled tokens' log-probs where something reads them
-or they are cheap, not on CUDA otherwise; false with algorithm.rollout_is is refused naming both keys (#30)."""
+or they are cheap, not on CUDA otherwise; false with algorithm.rollout_is is refused naming both keys (#30).
+rollout.log_probs_from: decode unless rescore is asked for, which is refused where it cannot give the same values."""
 
 from __future__ import annotations
 
@@ -54,64 +55,48 @@ def test_the_decision_is_logged_and_resolving_twice_changes_nothing(caplog):
     assert resolve_calculate_log_probs(config) is config
 
 
-# rollout.log_probs_from: null (auto) rescores on CUDA where the rescoring pass gives the same log-probs.
-CUDA_IS = ["trainer.device=cuda", "algorithm.rollout_is=true"]
+# rollout.log_probs_from: decode by default; rescore on request, refused where it would not give the decode's values.
+RESCORE = ["actor_rollout_ref.rollout.log_probs_from=rescore"]
 
 
-@pytest.mark.parametrize("overrides, source, reason", [
-    (CUDA_IS, "rescore", "on CUDA one prompt-log-prob pass"),
-    (["algorithm.rollout_is=true"], "decode", "trainer.device=cpu"),
-    (CUDA_IS + ["actor_rollout_ref.rollout.temperature=0.7"], "decode", "temperature=0.7"),
-    (CUDA_IS + ["actor_rollout_ref.rollout.top_p=0.9"], "decode", "top_p=0.9"),
-    (CUDA_IS + ["actor_rollout_ref.rollout.top_k=20"], "decode", "top_k=20"),
-    (CUDA_IS + ["actor_rollout_ref.rollout.mode=server", "async_training.enable=true", "async_training.staleness=1",
-                "async_training.partial_rollout=true"], "decode", "partial_rollout=true"),
-    (CUDA_IS + ["actor_rollout_ref.rollout.multi_turn.enable=true"], "decode", "agent loops"),
-    (CUDA_IS + ["actor_rollout_ref.rollout.max_model_len=320", "data.max_prompt_length=64",
-                "data.max_response_length=256"], "decode", "max_model_len=320 leaves no room"),
-])
-def test_auto_rescores_on_cuda_where_the_sampling_allows(overrides, source, reason, caplog):
-    with caplog.at_level(logging.INFO, logger="verl_like.config.rollout_log_probs"):
-        rollout = _resolved(overrides)
-    assert rollout.log_probs_from == source
-    assert f"log_probs_from=auto: {source} (" in caplog.text and reason in caplog.text
-    assert sampling_config(rollout).log_probs_from == source
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_decode_is_the_default_and_rescore_is_taken_as_asked(device):
+    base = [f"trainer.device={device}", "algorithm.rollout_is=true"]
+    assert _resolved(base).log_probs_from == "decode" and not sampling_config(_resolved(base)).rescore
+    rollout = _resolved(base + RESCORE)
+    assert rollout.log_probs_from == "rescore" and sampling_config(rollout).rescore
 
 
 def test_rescoring_widens_the_engine_by_one_token_and_validation_sampling_decodes():
-    rescore = _resolved(CUDA_IS + ["actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
+    rescore = _resolved(RESCORE + ["actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
                                    "actor_rollout_ref.rollout.val_kwargs.do_sample=true"])
-    decode = _resolved(["algorithm.rollout_is=true"])
+    decode = _resolved([])
     assert rescore.engine_max_model_len == rescore.prompt_length + rescore.response_length + 1
     assert decode.engine_max_model_len == decode.prompt_length + decode.response_length
     assert sampling_config(rescore).rescore and not sampling_config(rescore, validate=True).rescore
     assert sampling_config(rescore, greedy=True).rescore  # greedy log-probs are the plain log-softmax
-    # Without log-probs nothing is rescored and the engine keeps its width.
-    none = _resolved(["trainer.device=cuda"])
-    assert none.log_probs_from == "decode" and sampling_config(none).log_probs_request == "none"
+    # Without log-probs (auto on CUDA without rollout IS) nothing is rescored: the servers are asked for none.
+    none = _resolved(["trainer.device=cuda"] + RESCORE)
+    assert not sampling_config(none).rescore and sampling_config(none).log_probs_request == "none"
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["actor_rollout_ref.rollout.log_probs_from=rescore", "actor_rollout_ref.rollout.temperature=0.7"],
-     r"log_probs_from=rescore scores at temperature 1 .* temperature=0\.7"),
-    (["actor_rollout_ref.rollout.log_probs_from=rescore", "actor_rollout_ref.rollout.max_model_len=256",
-      "data.max_prompt_length=128", "data.max_response_length=128"],
+    (["actor_rollout_ref.rollout.temperature=0.7"], r"log_probs_from=rescore scores at temperature 1 .* "
+                                                    r"temperature=0\.7"),
+    (["actor_rollout_ref.rollout.top_p=0.9"], r"top_p=0\.9"),
+    (["actor_rollout_ref.rollout.top_k=20"], r"top_k=20"),
+    (["actor_rollout_ref.rollout.max_model_len=256", "data.max_prompt_length=128", "data.max_response_length=128"],
      r"max_model_len=256; set it to at least 257"),
-    (["actor_rollout_ref.rollout.log_probs_from=sometimes"], r"log_probs_from='sometimes' is not one of"),
+    (["actor_rollout_ref.rollout.mode=server", "async_training.enable=true", "async_training.staleness=1",
+      "async_training.partial_rollout=true"],
+     r"log_probs_from=rescore cannot give this run's log-probs: async_training\.partial_rollout"),
+    (["actor_rollout_ref.rollout.multi_turn.enable=true"], r"cannot give this run's log-probs: agent loops"),
 ])
 def test_rescore_where_it_cannot_apply_is_refused_naming_the_key(overrides, message):
     with pytest.raises(Exception, match=message):
-        load_config(SMOKE + overrides, check_paths=False)
+        load_config(SMOKE + RESCORE + overrides, check_paths=False)
 
 
-def test_rescore_with_partial_rollout_is_refused():
-    with pytest.raises(ValueError, match=r"log_probs_from=rescore cannot give this run's log-probs: "
-                                         r"async_training\.partial_rollout"):
-        load_config(SMOKE + ["actor_rollout_ref.rollout.log_probs_from=rescore", "actor_rollout_ref.rollout.mode=server",
-                             "async_training.enable=true", "async_training.staleness=1",
-                             "async_training.partial_rollout=true"], check_paths=False)
-
-
-def test_explicit_decode_on_cuda_is_kept():
-    rollout = _resolved(CUDA_IS + ["actor_rollout_ref.rollout.log_probs_from=decode"])
-    assert rollout.log_probs_from == "decode" and not sampling_config(rollout).rescore
+def test_an_unknown_source_is_refused():
+    with pytest.raises(Exception, match=r"log_probs_from='sometimes' is not one of \('decode', 'rescore'\)"):
+        load_config(SMOKE + ["actor_rollout_ref.rollout.log_probs_from=sometimes"], check_paths=False)
