@@ -1,9 +1,18 @@
 # Source on the GPU machine from the repo root, after the device kit's env.sh (../shared/devicekit/README.md):
 #   source .devkit/pN/env.sh && source bench/device_env.sh && bash bench/gpu_suite.sh STAGE
+# A later call of the same warm hold that carries no kit piece (so has no env.sh) sources this file alone: it sets
+# the kit's environment for the kit already unpacked in /tmp/site.
 # Installs the wheels carried in .whl/ (hydra-core, omegaconf, antlr4, tensordict, pyvers, httpx and the vLLM
 # server's uvicorn / model-hosting-container-standards / jmespath; docs/benchmarks.md) into /tmp/extra once per
 # machine, puts this repo and /tmp/extra on the path after the kit, and compiles the kit's, the extras' and this
 # repo's bytecode once (the device sets PYTHONDONTWRITEBYTECODE: without it every process compiles them again).
+if [ -f "${DEVKIT_SITE:-/tmp/site}/.devicekit" ]; then
+  case ":${PYTHONPATH:-}:" in *":${DEVKIT_SITE:-/tmp/site}:"*) ;; *)
+    export PYTHONPATH="${DEVKIT_SITE:-/tmp/site}${PYTHONPATH:+:$PYTHONPATH}" PATH="${DEVKIT_SITE:-/tmp/site}/bin:$PATH"
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_NO_USAGE_STATS=1 \
+      DO_NOT_TRACK=1 RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 ;;
+  esac
+fi
 if [ ! -f /tmp/extra/.verl_like-extra ]; then
   python -m pip install -q --no-deps --no-index --no-compile --target /tmp/extra .whl/*.whl \
     && touch /tmp/extra/.verl_like-extra || echo "device_env: installing .whl/*.whl failed" >&2
