@@ -15,11 +15,6 @@ middleware of the server's FastAPI app, in the server's front process). It answe
       -> {"samples": [{"token_ids": b64 int32, "log_probs": b64 float32, "finish_reason": str | null,
                        "weight_versions": [[version, start, end], ...] | null}, ...]}
 
-"log_probs" says how the sampled tokens' log-probs are made (rollout.log_probs_from, calculate_log_probs): by the
-decode (vLLM's per-token log-probs), by rescoring (the decode asks for none; once the samples are finished each is
-scored as a prompt, `prompt_logprobs=0`, in one more request of the same engine, all of a prompt's samples
-concurrently; only for temperature-1 sampling without top-k/top-p, which the trainer's config ensures), or not at
-all (an empty array).
     GET  /verl_like/generate  -> {"version": 1}   (clients probe it; a server without it answers 404)
 
 through the same engine client the OpenAI routes use, so `/pause`, `/resume` and the weight updates act on these
@@ -27,6 +22,12 @@ requests as on any other. `weight_versions` (vLLM releases that label them, see 
 output tokens each weight version sampled: a request frozen across an update (partial rollout) has two.
 Image prompts take `POST /verl_like/generate_images` (rollout/server_vision.py). Every other path passes through
 untouched.
+
+"log_probs" says how the sampled tokens' log-probs are made (rollout.log_probs_from, calculate_log_probs): by the
+decode (vLLM's per-token log-probs), by rescoring (the decode asks for none; once the samples are finished each is
+scored as a prompt, `prompt_logprobs=0`, in one more request of the same engine, all of a prompt's samples at once,
+before the request answers; only for temperature-1 or greedy sampling without top-k/top-p, else HTTP 400), or not
+at all (empty arrays).
 
 Fault hook (tests; only in a server started with VERL_LIKE_FAULT_HOOKS=1, else 404):
 
@@ -121,6 +122,7 @@ async def generate_route(request: Any, call_next: Any) -> Any:
         return await call_next(request)
     from starlette.responses import JSONResponse
 
+    from verl_like.config.rollout import rescorable
     from verl_like.rollout.server_lora import lora_request_for
 
     if request.method == "GET":
@@ -134,6 +136,9 @@ async def generate_route(request: Any, call_next: Any) -> Any:
         if mode not in LOG_PROBS_MODES:
             raise ValueError(f"log_probs={mode!r} is not one of {LOG_PROBS_MODES}")
         params = sampling_params(dict(body.get("params") or {}), log_probs=mode == "decode")
+        if mode == "rescore" and not rescorable(params.temperature, params.top_p, params.top_k, True):
+            raise ValueError(f"log_probs='rescore' gives temperature-1 log-probs of every token; got temperature="
+                             f"{params.temperature}, top_p={params.top_p}, top_k={params.top_k}")
         lora_request = lora_request_for(request.app, body.get("lora_name"))
     except (KeyError, TypeError, ValueError) as err:
         return JSONResponse({"error": f"bad {ROUTE} request: {type(err).__name__}: {err}"}, status_code=400)

@@ -159,6 +159,9 @@ def test_the_lean_route_rescores_or_skips_the_log_probs_when_asked(linked):
     with pytest.raises(ServerError, match=r"HTTP 400.*log_probs='sometimes' is not one of"):
         servers.clients[0].request("POST", ROUTE, json={"prompt_token_ids": prompt, "params": {"max_tokens": 2},
                                                         "log_probs": "sometimes"})
+    with pytest.raises(ServerError, match=r"HTTP 400.*'rescore' gives temperature-1 log-probs.*temperature=0\.7"):
+        servers.clients[0].request("POST", ROUTE, json={"prompt_token_ids": prompt, "log_probs": "rescore",
+                                                        "params": {"max_tokens": 2, "temperature": 0.7}})
 
 
 def test_a_dead_server_is_named_in_the_error(linked):
