@@ -6,9 +6,10 @@
 # server's uvicorn / model-hosting-container-standards / jmespath; docs/benchmarks.md) into /tmp/extra once per
 # machine, puts this repo and /tmp/extra on the path after the kit, and compiles the kit's, the extras' and this
 # repo's bytecode once (the device sets PYTHONDONTWRITEBYTECODE: without it every process compiles them again).
-if [ -f "${DEVKIT_SITE:-/tmp/site}/.devicekit" ]; then
-  case ":${PYTHONPATH:-}:" in *":${DEVKIT_SITE:-/tmp/site}:"*) ;; *)
-    export PYTHONPATH="${DEVKIT_SITE:-/tmp/site}${PYTHONPATH:+:$PYTHONPATH}" PATH="${DEVKIT_SITE:-/tmp/site}/bin:$PATH"
+_de_site=${DEVKIT_SITE:-/tmp/site}
+if [ -f "$_de_site/.devicekit" ]; then
+  case ":${PYTHONPATH:-}:" in *":$_de_site:"*) ;; *)
+    export PYTHONPATH="$_de_site${PYTHONPATH:+:$PYTHONPATH}" PATH="$_de_site/bin:$PATH"
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_NO_USAGE_STATS=1 \
       DO_NOT_TRACK=1 RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 ;;
   esac
@@ -19,9 +20,9 @@ if [ ! -f /tmp/extra/.verl_like-extra ]; then
 fi
 case ":${PYTHONPATH:-}:" in *":/tmp/extra:"*) ;; *) export PYTHONPATH="$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/extra" ;; esac
 if [ ! -f /tmp/extra/.verl_like-bytecode ]; then
-  for _de_dir in ${DEVKIT_SITE:-/tmp/site} /tmp/extra "$PWD/verl_like"; do
+  for _de_dir in "$_de_site" /tmp/extra "$PWD/verl_like"; do
     [ -d "$_de_dir" ] && python -m compileall -q -j 0 "$_de_dir" >/dev/null 2>&1
   done
   touch /tmp/extra/.verl_like-bytecode
-  unset _de_dir
 fi
+unset _de_dir _de_site

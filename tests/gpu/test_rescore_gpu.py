@@ -23,11 +23,6 @@ from verl_like.rollout.logprobs import sampled_token_log_probs  # noqa: E402
 PROMPT, RESPONSE, ROWS, N = 24, 40, 8, 4
 
 
-@pytest.fixture(scope="module")
-def model_dir(small_bf16_qwen2):
-    return small_bf16_qwen2
-
-
 @torch.no_grad()
 def _hf_log_probs(path: str, rollout: DataProto) -> torch.Tensor:
     from transformers import AutoModelForCausalLM
@@ -40,8 +35,8 @@ def _hf_log_probs(path: str, rollout: DataProto) -> torch.Tensor:
     return sampled_token_log_probs(response_logits, batch["responses"].cuda(), SamplingConfig()).cpu()
 
 
-def test_rescored_log_probs_match_the_decodes_samples_in_bf16(model_dir):
-    path, config = model_dir
+def test_rescored_log_probs_match_the_decodes_samples_in_bf16(small_bf16_qwen2):
+    path, config = small_bf16_qwen2
     rollout = RolloutConfig(dtype="bfloat16", prompt_length=PROMPT, response_length=RESPONSE, max_num_seqs=64,
                             gpu_memory_utilization=0.3, load_format="auto", log_probs_from="rescore")
     assert rollout.engine_max_model_len == PROMPT + RESPONSE + 1

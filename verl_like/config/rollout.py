@@ -433,7 +433,7 @@ class RolloutConfig:
             raise ConfigError(
                 f"{_P}.log_probs_from=rescore scores at temperature 1 with every token kept, but the rollout samples "
                 f"with temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}; set "
-                f"{_P}.log_probs_from=decode (or null), or sample at temperature 1 without top-k/top-p")
+                f"{_P}.log_probs_from=decode, or sample at temperature 1 without top-k/top-p")
         full = self.prompt_length + self.response_length
         if self.max_model_len is not None and self.max_model_len <= full:
             raise ConfigError(

@@ -280,21 +280,18 @@ async def _score(app: Any, body: dict[str, Any]) -> list[float | None]:
     """Each prompt token's log-prob (temperature 1) given the tokens before it, under adapter body["lora_name"]."""
     import uuid
 
-    from vllm import SamplingParams
-
     from verl_like.rollout import vllm_compat
+    from verl_like.rollout.vllm_scoring import scoring_params
 
     tokens = [int(token) for token in body["prompt_token_ids"]]
     lora = lora_request_for(app, body.get("lora_name"))
-    params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
     final = None
-    async for output in app.state.engine_client.generate({"prompt_token_ids": tokens}, params,
+    async for output in app.state.engine_client.generate({"prompt_token_ids": tokens}, scoring_params(final_only=True),
                                                          f"verl_like-score-{uuid.uuid4().hex}", lora_request=lora):
         final = output
     if final is None or final.prompt_logprobs is None:
         raise RuntimeError("scoring ended without prompt log-probs")
-    return [None] + [vllm_compat.prompt_token_logprob(final.prompt_logprobs, i, tokens[i]) for i in
-                     range(1, len(tokens))]
+    return [None] + vllm_compat.prompt_token_logprobs(final.prompt_logprobs, tokens, 1)
 
 
 # ----- the client's side (calls on a ServerClient; the trainer's rank 0 and the driver) -----
