@@ -44,6 +44,8 @@
 #   bash bench/gpu_suite.sh ratios2_b  # calls: TRL 0.5B bf16, our 0.5B sync and staleness 1 with log_probs_from=
 #   bash bench/gpu_suite.sh ratios2_c  # rescore | staleness 1 on the defaults (decode), TRL 1.5B bf16, our 1.5B sync
 #                                      # | our 1.5B staleness 1 (rescore), the GPU tests of rescoring and the KV cache
+#   bash bench/gpu_suite.sh ratios3_a  # the chunked LM head: its GPU tests, our 0.5B sync, TRL 1.5B, our 1.5B sync |
+#   bash bench/gpu_suite.sh ratios3_b  # our 1.5B staleness 1 rescoring and decoding, TRL 0.5B, our 0.5B s1 rescoring
 #   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
 #     workload, and scoring finished sequences in one pass instead of per-step log-probs (issue #30 goals 1, 3)
 set -uo pipefail
@@ -272,7 +274,7 @@ defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on 
   run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
     --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
   ;;
-ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c)  # issue #30 goal 1
+ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b)
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
   # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
@@ -322,6 +324,19 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
     run step_1.5b_async1_rescore 260 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}" "${RESCORE[@]}"
     run gpu_tests_rescore_kv 150 0 "${PYTEST[@]}" tests/gpu/test_rescore_gpu.py tests/gpu/test_kv_cache_gpu.py
     ;;
+  ratios3_a)  # the chunked LM head (default on CUDA): its GPU tests, then memory and speed at 0.5B and 1.5B
+    run gpu_tests_chunked_head 200 0 "${PYTEST[@]}" tests/gpu/test_chunked_head_gpu.py tests/gpu/test_token_budget_gpu.py \
+      tests/gpu/test_token_log_probs_gpu.py
+    run step_0.5b_sync 200 0 "${OURS[@]}" --model qwen2.5-0.5b
+    trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
+    run step_1.5b_sync 200 0 "${OURS[@]}" --model qwen2.5-1.5b
+    ;;
+  ratios3_b)  # 1.5B at staleness 1 both ways (rescored / decoded rollout log-probs), TRL 0.5B, 0.5B staleness 1
+    run step_1.5b_async1_rescore 240 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}" "${RESCORE[@]}"
+    run step_1.5b_async1 240 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
+    trl_run trl_0.5b_bf16 qwen2.5-0.5b 200 --no-is-correction --model-dtype bfloat16
+    run step_0.5b_async1_rescore 240 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}" "${RESCORE[@]}"
+    ;;
   ratios_7b_trl)
     trl_run trl_7b_bf16 qwen2.5-7b 560 --no-is-correction --model-dtype bfloat16
     ;;
@@ -337,7 +352,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b" >&2
   exit 2
   ;;
 esac

@@ -367,6 +367,7 @@ def main() -> None:
         "rollout_dtype": args.rollout_dtype, "partial_rollout": args.partial_rollout, "overrides": args.override,
         "lora_rank": args.lora_rank, "lora_merge": args.lora_merge,
         "fused_log_probs": os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0",
+        "chunked_head": os.environ.get("VERL_LIKE_CHUNKED_HEAD", "auto"),
         # What the defaults resolved to (config/fused_kernels.py, engine/token_budget.py) or the flags set.
         "max_tokens_per_gpu": args.max_tokens_per_gpu,
         "use_fused_kernels": config.actor_rollout_ref.actor.use_fused_kernels,

@@ -176,6 +176,7 @@ def run_shape(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         "compute_dtype": "float32" if fp32 else "bfloat16",
         "packed": not args.padded,
         "fused_log_probs": os.environ.get("VERL_LIKE_FUSED_LOG_PROBS", "1") != "0",
+        "chunked_head": os.environ.get("VERL_LIKE_CHUNKED_HEAD", "auto"),
         "rows_per_rank": args.rows_per_rank,
         "prompt_len": args.prompt_len,
         "response_len": args.response_len,

@@ -4,6 +4,8 @@ Packed means the micro-batch's valid tokens concatenated into one row `(1, total
 restart at 0 for every sequence and no attention mask. transformers (>= 4.56; read in 5.19's masking_utils and
 modeling_flash_attention_utils) detects such rows from the position ids and keeps sequences apart: sdpa and eager
 get a block-diagonal causal mask, flash_attention_2 a varlen call with cu_seqlens taken where position ids are 0.
+A packed causal-LM micro-batch takes its log-probs from the chunked LM head on CUDA (engine/head_log_probs.py: the
+whole logits never exist); the padded path and the teacher top-k (distillation) keep the plain head.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from verl_like.engine.head_log_probs import (
+    accept_head_output, chunked_head_enabled, head_logits_hook, plain_output_head,
+)
 from verl_like.engine.token_log_probs import token_log_probs
 from verl_like.engine import vision
 
@@ -177,8 +182,18 @@ def _causal_lm_outputs(
             outputs["topk_log_probs"] = torch.where(mask.unsqueeze(-1), topk, 0.0)
         return outputs
     sources = _checked_packed_sources(tensors, layout, mask)
+    labels = responses[mask]
+    head = plain_output_head(model) if TOPK_IDS_KEY not in tensors.keys() else None
+    if head is not None and chunked_head_enabled(labels.device):
+        with head_logits_hook(model, head, labels, temperature, calculate_entropy) as produced:
+            stacked = _forward(model, tensors, layout, logits_to_keep=sources).logits
+        if accept_head_output(model, stacked, produced):
+            outputs = {"log_probs": _scatter(stacked[0, :, 0], mask)}
+            if calculate_entropy:
+                outputs["entropy"] = _scatter(stacked[0, :, 1], mask)
+            return outputs
     logits = _forward(model, tensors, layout, logits_to_keep=sources).logits[0]
-    log_probs, entropy = token_log_probs(logits, responses[mask], temperature, calculate_entropy)
+    log_probs, entropy = token_log_probs(logits, labels, temperature, calculate_entropy)
     outputs = {"log_probs": _scatter(log_probs, mask)}
     if entropy is not None:
         outputs["entropy"] = _scatter(entropy, mask)

@@ -3,9 +3,16 @@
 A null budget key (config/token_budget.py says which passes) is sized on each rank once every model of the
 process is in place, and the group takes the smallest, so every rank plans its micro-batches alike:
 
-    budget = (free bytes - bytes still to come) x SAFETY_FRACTION / bytes per token,
+    budget = min((free bytes - bytes still to come) x SAFETY_FRACTION,
+                 device bytes x ACTIVATION_SHARE) / bytes per token,
              rounded down to a multiple of 1,024, clamped to [MIN_BUDGET, MAX_BUDGET], never below the longest
              sequence (one sample must fit whatever the estimate says)
+
+ACTIVATION_SHARE caps a micro-batch's (estimated) activations at a fifth of the device even when more is free:
+past a few ten thousand tokens a bigger micro-batch barely speeds the pass up (0.5B update on an H200: 1.77 s at
+32k tokens, 1.61 s at 64k), while the memory it takes sets the run's peak, which should not exceed what a peer
+framework needs for the same workload (issue #30: TRL's GRPO, whose vLLM keeps 30 % of the device throughout).
+A budget key set to a number is used as it is.
 
 Bytes per token (`bytes_per_token`), for packed rows in the compute dtype (c bytes an element; h hidden, i
 intermediate, q / kv query / key-value widths, L layers, V vocabulary):
@@ -15,12 +22,14 @@ intermediate, q / kv query / key-value widths, L layers, V vocabulary):
   while it is recomputed;
 - the logits of every token (an upper bound: only response tokens get logits) and, in the update, their
   gradient: 2 x V x c with the fused log-prob kernels (engine/token_log_probs.py, CUDA), about 6 x V x 4 bytes
-  more with the plain torch path (its float32 copy, softmax and gather's gradient);
+  more with the plain torch path (its float32 copy, softmax and gather's gradient); none with the chunked LM head
+  (engine/head_log_probs.py), whose chunk of logits is a fixed cost counted with the bytes still to come;
 - a forward without gradients (the log-prob passes) keeps one layer's activations at a time and the logits.
 Bytes still to come (`pending_bytes`): what the pass will allocate beyond what is resident when free memory is
 read: AdamW's two moments and the gradients (the optimizer state is created at the first step), FSDP's unsharded
 parameters (the root and two layers in flight; the whole model without reshard_after_forward) and one layer's
-unsharded gradient. The estimate is deliberately high; the GPU test (tests/gpu/test_token_budget_gpu.py) checks
+unsharded gradient; the chunked head's workspace (one chunk of logits and, in the update, its gradient, the
+head's float32 gradient and one chunk's contribution to it). The estimate is deliberately high; the GPU test (tests/gpu/test_token_budget_gpu.py) checks
 one forward/backward at the sized budget against the free memory it was sized from.
 """
 
@@ -39,18 +48,21 @@ MIN_BUDGET = 4096
 MAX_BUDGET = 131072
 BUDGET_MULTIPLE = 1024
 SAFETY_FRACTION = 0.7  # of the free bytes: allocator fragmentation, NCCL buffers, kernels' workspaces
+ACTIVATION_SHARE = 0.2  # of the device's total bytes: the most a micro-batch's activations may take (module doc)
 
 
 @dataclass(frozen=True)
 class ActivationModel:
     """What the bytes per token depend on besides the shape: `compute_bytes` (2 for bf16, 4 for fp32),
     `gradient_checkpointing`, `fused_layers` (engine/fused_layers.py), `fused_log_probs` (the Triton log-prob
-    kernels, on CUDA unless VERL_LIKE_FUSED_LOG_PROBS=0)."""
+    kernels, on CUDA unless VERL_LIKE_FUSED_LOG_PROBS=0), `chunked_head` (log-probs from the hidden states chunk
+    by chunk, engine/head_log_probs.py: no per-token logits)."""
 
     compute_bytes: int
     gradient_checkpointing: bool
     fused_layers: bool
     fused_log_probs: bool
+    chunked_head: bool = False
 
 
 def _layer_elements(shape: DecoderShape, fused_layers: bool) -> int:
@@ -66,7 +78,9 @@ def bytes_per_token(shape: DecoderShape, model: ActivationModel, training: bool)
     layer = _layer_elements(shape, model.fused_layers) * c
     vocab = shape.vocab_size
     logits = vocab * c * (2 if training else 1)
-    if not model.fused_log_probs:
+    if model.chunked_head:
+        logits = 0
+    elif not model.fused_log_probs:
         logits += 6 * vocab * 4 if training else 2 * vocab * 4
     if not training:
         return layer + logits
@@ -103,14 +117,16 @@ class ResidentState:
     reduce_bytes: int
 
 
-def pending_bytes(shape: DecoderShape, state: ResidentState, compute_bytes: int, training: bool) -> int:
+def pending_bytes(shape: DecoderShape, state: ResidentState, compute_bytes: int, training: bool,
+                  chunked_head: bool = False) -> int:
     """Bytes the pass allocates besides activations that free memory does not reflect yet."""
     layer, root = _parameters(shape)
+    head_workspace = _chunked_head_workspace(shape, compute_bytes, training) if chunked_head else 0
     if state.reshard_after_forward:
         unsharded = (root + 2 * layer) * compute_bytes
     else:
         unsharded = (root + shape.num_hidden_layers * layer) * compute_bytes
-    pending = unsharded
+    pending = unsharded + head_workspace
     if training:
         pending += (root + layer) * state.reduce_bytes  # unsharded gradients before their reduce-scatter
     if not state.optimizer_on_device or state.trainable_local == 0:
@@ -121,10 +137,24 @@ def pending_bytes(shape: DecoderShape, state: ResidentState, compute_bytes: int,
     return pending + (0 if state.optimizer_offload else moments)  # made by the first update, kept afterwards
 
 
+def _chunked_head_workspace(shape: DecoderShape, compute_bytes: int, training: bool) -> int:
+    """One chunk of logits (and in the update its gradient, the head's float32 gradient and one chunk's
+    contribution to it): engine/head_log_probs.py."""
+    from verl_like.engine.head_log_probs import CHUNK_BYTES
+
+    if not training:
+        return CHUNK_BYTES
+    head = shape.vocab_size * shape.hidden_size
+    return 2 * CHUNK_BYTES + head * (4 + compute_bytes)
+
+
 def size_budget(free_bytes: int, pending: int, per_token: int, longest_sequence: int,
-                safety: float = SAFETY_FRACTION) -> int:
-    """The budget for `free_bytes` of free device memory (see the module doc); `per_token` > 0."""
+                safety: float = SAFETY_FRACTION, device_bytes: int | None = None) -> int:
+    """The budget for `free_bytes` of free device memory out of `device_bytes` in all (None: no share cap; see
+    the module doc); `per_token` > 0."""
     usable = max(0, free_bytes - pending) * safety
+    if device_bytes is not None:
+        usable = min(usable, device_bytes * ACTIVATION_SHARE)
     budget = int(usable // per_token) // BUDGET_MULTIPLE * BUDGET_MULTIPLE
     budget = min(MAX_BUDGET, max(MIN_BUDGET, budget))
     return max(budget, longest_sequence)
@@ -164,30 +194,44 @@ def free_device_bytes() -> int:
     return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
 
 
+def device_total_bytes() -> int:
+    """The CUDA device's total memory."""
+    import torch
+
+    return int(torch.cuda.mem_get_info()[1])
+
+
 def activation_model(engine) -> ActivationModel:
     """The ActivationModel of an FSDPEngine on this process's device."""
+    import torch
+
+    from verl_like.engine.head_log_probs import chunked_head_enabled, plain_output_head
     from verl_like.engine.token_log_probs import fused_log_probs_enabled
 
     config = engine.config
+    chunked = (config.use_remove_padding and config.model_kind == "causal_lm"
+               and chunked_head_enabled(torch.device("cuda")) and plain_output_head(engine.model) is not None)
     return ActivationModel(
         compute_bytes=_dtype_bytes(config.param_dtype or config.dtype),
         gradient_checkpointing=config.gradient_checkpointing,
         fused_layers=config.fused_kernels,
         fused_log_probs=fused_log_probs_enabled(),
+        chunked_head=chunked,
     )
 
 
 def budgets_for(passes: Sequence[str], shape: DecoderShape, model: ActivationModel, state: ResidentState,
-                free_bytes: int, longest_sequence: int) -> dict[str, int]:
-    """Each pass's budget on one rank (`passes` from config/token_budget.py; the update trains, the others do not)."""
+                free_bytes: int, longest_sequence: int, device_bytes: int | None = None) -> dict[str, int]:
+    """Each pass's budget on one rank (`passes` from config/token_budget.py; the update trains, the others do not);
+    `device_bytes`: the device's total memory, for the ACTIVATION_SHARE cap (None: no cap)."""
     from verl_like.config.token_budget import UPDATE
 
     budgets = {}
     for name in passes:
         training = name == UPDATE
         per_token = bytes_per_token(shape, model, training)
-        pending = pending_bytes(shape, state, model.compute_bytes, training)
-        budgets[name] = size_budget(free_bytes, pending, per_token, longest_sequence)
+        pending = pending_bytes(shape, state, model.compute_bytes, training, model.chunked_head)
+        budgets[name] = size_budget(free_bytes, pending, per_token, longest_sequence, device_bytes=device_bytes)
         logger.info("token budget %s: %d (free %.1f GiB, still to come %.1f GiB, %.0f KiB per token)", name,
                     budgets[name], free_bytes / 2**30, pending / 2**30, per_token / 1024)
     return budgets
@@ -205,7 +249,7 @@ def size_engine_budgets(passes: Sequence[str], actor_engine, ref_engine, longest
     try:
         shape = DecoderShape.from_hf_config(actor_engine.model.config)
         budgets = budgets_for(passes, shape, activation_model(actor_engine), resident_state(actor_engine),
-                              free_device_bytes(), longest_sequence)
+                              free_device_bytes(), longest_sequence, device_total_bytes())
     finally:
         for engine in engines:
             engine.offload()

@@ -83,22 +83,76 @@ def _fused(logits: torch.Tensor, labels: torch.Tensor, temperature: float, calcu
     return log_probs, (entropy if calculate_entropy else None)
 
 
+def log_prob_stats(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float, calculate_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(log p(label), log-normaliser, entropy or None), float32 `(rows,)`, of logits `(rows, vocab)`, no autograd:
+    the fused forward kernel on CUDA (when enabled), else float32 torch. With `log_prob_grad` this is the pair the
+    chunked LM head (engine/head_log_probs.py) runs on one chunk of logits at a time."""
+    if logits.is_cuda and fused_log_probs_enabled():
+        return _fused_stats(logits.unsqueeze(0), labels.reshape(-1).to(torch.int64).contiguous(), temperature,
+                            calculate_entropy)
+    with torch.no_grad():
+        scaled = logits.float() / temperature
+        lse = torch.logsumexp(scaled, dim=-1)
+        log_probs = scaled.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+        entropy = lse - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1) if calculate_entropy else None
+    return log_probs, lse, entropy
+
+
+def log_prob_grad(logits: torch.Tensor, labels: torch.Tensor, grad_log_probs: torch.Tensor,
+                  grad_entropy: torch.Tensor | None, lse: torch.Tensor, entropy: torch.Tensor | None,
+                  temperature: float) -> torch.Tensor:
+    """The gradient of Σ g·log p(label) + Σ g_ent·H with respect to logits `(rows, vocab)`, in the logits' dtype,
+    from `log_prob_stats`' log-normaliser and entropy (the backward kernel on CUDA, else float32 torch)."""
+    if logits.is_cuda and fused_log_probs_enabled():
+        use_entropy = grad_entropy is not None and entropy is not None
+        grad_lp = grad_log_probs.reshape(-1).float().contiguous()
+        return _fused_grad(logits.unsqueeze(0), labels.reshape(-1).to(torch.int64).contiguous(), grad_lp,
+                           grad_entropy.reshape(-1).float().contiguous() if use_entropy else grad_lp, lse,
+                           entropy if use_entropy else lse, temperature, use_entropy)[0]
+    with torch.no_grad():
+        scaled = logits.float() / temperature
+        p = torch.exp(scaled - lse.unsqueeze(-1))
+        grad = -grad_log_probs.float().unsqueeze(-1) * p
+        grad.scatter_add_(-1, labels.unsqueeze(-1), grad_log_probs.float().unsqueeze(-1))
+        if grad_entropy is not None and entropy is not None:
+            grad -= grad_entropy.float().unsqueeze(-1) * p * (scaled - lse.unsqueeze(-1) + entropy.unsqueeze(-1))
+        return (grad / temperature).to(logits.dtype)
+
+
+def _fused_stats(view: torch.Tensor, flat_labels: torch.Tensor, temperature: float, calculate_entropy: bool):
+    """The forward kernel on `view` (batch, rows, vocab): (log_probs, lse, entropy or None), float32 flat."""
+    batch, rows, vocab = view.shape
+    count = batch * rows
+    log_probs = torch.empty(count, dtype=torch.float32, device=view.device)
+    lse = torch.empty_like(log_probs)
+    entropy = torch.empty_like(log_probs) if calculate_entropy else lse
+    _kernels().forward[(count,)](
+        view, view.stride(0), view.stride(1), rows, flat_labels, log_probs, lse, entropy, vocab,
+        1.0 / temperature, WITH_ENTROPY=calculate_entropy, BLOCK=_BLOCK, num_warps=8,
+    )
+    return log_probs, lse, (entropy if calculate_entropy else None)
+
+
+def _fused_grad(view, flat_labels, grad_lp, grad_ent, lse, entropy, temperature: float, use_entropy: bool):
+    """The backward kernel: the logits' gradient `(batch, rows, vocab)` in their dtype."""
+    batch, rows, vocab = view.shape
+    grad = torch.empty((batch, rows, vocab), dtype=view.dtype, device=view.device)
+    _kernels().backward[(batch * rows,)](
+        view, view.stride(0), view.stride(1), rows, flat_labels, grad_lp, grad_ent, lse, entropy, grad,
+        vocab, 1.0 / temperature, WITH_ENTROPY=use_entropy, BLOCK=_BLOCK, num_warps=8,
+    )
+    return grad
+
+
 class _FusedTokenLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, labels, temperature, calculate_entropy):
-        kernels = _kernels()
         view = _rows_view(logits)
-        batch, rows, vocab = view.shape
         flat_labels = labels.reshape(-1).to(torch.int64).contiguous()
-        count = batch * rows
-        log_probs = torch.empty(count, dtype=torch.float32, device=logits.device)
-        lse = torch.empty_like(log_probs)
-        entropy = torch.empty_like(log_probs) if calculate_entropy else lse
-        kernels.forward[(count,)](
-            view, view.stride(0), view.stride(1), rows, flat_labels, log_probs, lse, entropy, vocab,
-            1.0 / temperature, WITH_ENTROPY=calculate_entropy, BLOCK=_BLOCK, num_warps=8,
-        )
-        ctx.save_for_backward(view, flat_labels, lse, entropy)
+        log_probs, lse, entropy = _fused_stats(view, flat_labels, temperature, calculate_entropy)
+        ctx.save_for_backward(view, flat_labels, lse, entropy if calculate_entropy else lse)
         ctx.logits_shape = logits.shape
         ctx.temperature = temperature
         ctx.calculate_entropy = calculate_entropy
@@ -115,16 +169,10 @@ class _FusedTokenLogProbs(torch.autograd.Function):
         use_entropy = ctx.calculate_entropy and grad_entropy is not None
         if grad_log_probs is None and not use_entropy:
             return None, None, None, None
-        batch, rows, vocab = view.shape
-        count = batch * rows
         grad_lp = (grad_log_probs.reshape(-1).float().contiguous() if grad_log_probs is not None
-                   else lse.new_zeros(count))
+                   else lse.new_zeros(lse.shape[0]))
         grad_ent = grad_entropy.reshape(-1).float().contiguous() if use_entropy else grad_lp
-        grad = torch.empty((batch, rows, vocab), dtype=view.dtype, device=view.device)
-        _kernels().backward[(count,)](
-            view, view.stride(0), view.stride(1), rows, labels, grad_lp, grad_ent, lse, entropy, grad,
-            vocab, 1.0 / ctx.temperature, WITH_ENTROPY=use_entropy, BLOCK=_BLOCK, num_warps=8,
-        )
+        grad = _fused_grad(view, labels, grad_lp, grad_ent, lse, entropy, ctx.temperature, use_entropy)
         return grad.view(ctx.logits_shape), None, None, None
 
 

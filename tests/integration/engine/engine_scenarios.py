@@ -90,6 +90,26 @@ def data_parallel(ctx, kind, overrides, rows_rank0):
     }
 
 
+def chunked_head_packed(ctx):
+    """packed_dynamic_checkpointed with the chunked LM head forced on (engine/head_log_probs.py, 3 tokens a chunk),
+    on the untied and the tied model; counts the chunked head's calls."""
+    from verl_like.engine import head_log_probs
+
+    kind, overrides, rows_rank0 = DATA_PARALLEL_SCENARIOS["packed_dynamic_checkpointed"]
+    calls = []
+    original_rows, original_head = head_log_probs.chunk_rows, head_log_probs.head_token_log_probs
+    os.environ["VERL_LIKE_CHUNKED_HEAD"] = "1"
+    head_log_probs.chunk_rows = lambda vocab, itemsize: 3
+    head_log_probs.head_token_log_probs = lambda *a, **k: calls.append(1) or original_head(*a, **k)
+    try:
+        untied = data_parallel(ctx, kind, overrides, rows_rank0)
+        tied = data_parallel(dict(ctx, model_dir=ctx["tied_model_dir"]), kind, overrides, rows_rank0)
+    finally:
+        os.environ.pop("VERL_LIKE_CHUNKED_HEAD")
+        head_log_probs.chunk_rows, head_log_probs.head_token_log_probs = original_rows, original_head
+    return {"untied": untied, "tied": tied, "chunked_calls": len(calls)}
+
+
 def lr_schedule(ctx):
     engine = _engine(ctx["model_dir"], lr_scheduler="cosine", warmup_steps=2, total_steps=5, min_lr_ratio=0.1)
     lrs = []
@@ -259,11 +279,12 @@ def token_budget_sizing(ctx):
     room = 8192 * (ctx["rank"] + 1)
     free = pending + int((room + 512) * per_token / token_budget.SAFETY_FRACTION)
     original, token_budget.free_device_bytes = token_budget.free_device_bytes, lambda: free
+    original_total, token_budget.device_total_bytes = token_budget.device_total_bytes, lambda: 1 << 50  # no cap
     try:
         solo = token_budget.budgets_for(["update"], shape, model, state, free, 16)["update"]
         agreed = token_budget.size_engine_budgets(["update"], engine, None, 16, 30.0, "engine_scenarios")
     finally:
-        token_budget.free_device_bytes = original
+        token_budget.free_device_bytes, token_budget.device_total_bytes = original, original_total
     engine.set_token_budget(agreed["update"])
     result = engine.forward_backward(_local(ctx["batch"], ctx["rank"], 4), policy_loss)
     return {"solo": solo, "agreed": agreed, "max_tokens": engine.config.max_tokens_per_rank,
@@ -273,7 +294,7 @@ def token_budget_sizing(ctx):
 
 def _scenarios():
     scenarios = {name: (data_parallel, args) for name, args in DATA_PARALLEL_SCENARIOS.items()}
-    for function in (lr_schedule, scaled_lr_step, non_finite_gradient, checkpoint_resume, export, offload_round_trip,
+    for function in (chunked_head_packed, lr_schedule, scaled_lr_step, non_finite_gradient, checkpoint_resume, export, offload_round_trip,
                      planning_errors, token_budget_sizing):
         scenarios[function.__name__] = (function, ())
     return scenarios

@@ -170,3 +170,64 @@ def test_topk_log_probs_at_given_ids_match_a_float64_loop_padded_and_packed(mode
         packed = micro_batch_outputs(model, "causal_lm", with_ids, packed=True, temperature=TEMPERATURE)
     torch.testing.assert_close(padded["topk_log_probs"], expected.float(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(packed["topk_log_probs"], padded["topk_log_probs"], atol=1e-5, rtol=1e-5)
+
+
+def _loss_gradients(model, tensors, monkeypatch, chunked: str) -> tuple[dict, dict]:
+    """Outputs and parameter gradients of log p + entropy (packed), the head chunked or plain."""
+    monkeypatch.setenv("VERL_LIKE_CHUNKED_HEAD", chunked)
+    model.zero_grad(set_to_none=True)
+    outputs = micro_batch_outputs(model, "causal_lm", tensors, packed=True, temperature=TEMPERATURE,
+                                  calculate_entropy=True)
+    (outputs["log_probs"].sum() + 0.5 * outputs["entropy"].sum()).backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return {key: value.detach() for key, value in outputs.items()}, grads
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_chunked_head_matches_the_float64_reference_and_the_plain_gradients(tiny_model_dir, tied_model_dir,
+                                                                          tensors, monkeypatch, tied):
+    """VERL_LIKE_CHUNKED_HEAD=1 on CPU: the packed path's log-probs from the hidden states, 3 tokens a chunk."""
+    from verl_like.engine import head_log_probs
+
+    model = load_model(EngineConfig(model_path=tied_model_dir if tied else tiny_model_dir))
+    assert model.config.tie_word_embeddings is tied
+    with torch.no_grad():
+        reference = reference_outputs(model.double(), "causal_lm", dict(tensors.items()), TEMPERATURE)
+    model.float()
+    monkeypatch.setattr(head_log_probs, "chunk_rows", lambda vocab, itemsize: 3)
+    calls = []
+    original = head_log_probs.head_token_log_probs
+    monkeypatch.setattr(head_log_probs, "head_token_log_probs", lambda *a, **k: calls.append(1) or original(*a, **k))
+    chunked, chunked_grads = _loss_gradients(model, tensors, monkeypatch, "1")
+    assert calls, "the chunked head was not used"
+    plain, plain_grads = _loss_gradients(model, tensors, monkeypatch, "0")
+    assert len(calls) == 1
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(chunked[key], reference[key].float(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(chunked[key], plain[key], atol=1e-5, rtol=1e-5)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(chunked_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_model_that_transforms_its_head_output_keeps_the_plain_head(tiny_model_dir, tensors, monkeypatch):
+    """A forward that soft-caps the head's output (as Gemma 2 does) is caught on its first micro-batch: the
+    log-probs still equal the plain path's, and the model stays on the plain head afterwards."""
+    from verl_like.engine import head_log_probs
+
+    model = load_model(EngineConfig(model_path=tiny_model_dir))
+    cap = 3.0
+    handle = model.register_forward_hook(lambda _m, _i, out: setattr(out, "logits", cap * torch.tanh(out.logits / cap)))
+    try:
+        monkeypatch.setenv("VERL_LIKE_CHUNKED_HEAD", "0")
+        with torch.no_grad():
+            plain = micro_batch_outputs(model, "causal_lm", tensors, packed=True, calculate_entropy=True)
+        monkeypatch.setenv("VERL_LIKE_CHUNKED_HEAD", "1")
+        assert head_log_probs.plain_output_head(model) is not None
+        with torch.no_grad():
+            first = micro_batch_outputs(model, "causal_lm", tensors, packed=True, calculate_entropy=True)
+        assert head_log_probs.plain_output_head(model) is None
+    finally:
+        handle.remove()
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(first[key], plain[key])

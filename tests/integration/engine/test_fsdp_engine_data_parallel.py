@@ -52,8 +52,25 @@ def _reference_for(name, references):
 
 @pytest.mark.parametrize("name", FLOAT32_SCENARIOS)
 def test_two_ranks_match_the_full_batch_reference(engine_runs, references, name):
-    results = engine_runs.get(name)
-    kind, reference = _reference_for(name, references)
+    _assert_matches(engine_runs.get(name), _reference_for(name, references)[1])
+
+
+def test_the_chunked_lm_head_on_two_ranks_matches_the_full_batch_reference(engine_runs, references, tied_model_dir,
+                                                                          batch):
+    """FSDP2 (gloo) with the head's log-probs from hidden states, chunk by chunk: outputs, loss, grad norm and
+    updated weights equal the float64 whole-logits reference, for an untied and a tied (shared-weight) head."""
+    runs = engine_runs.get("chunked_head_packed")
+    assert all(run["chunked_calls"] > 0 for run in runs)
+    _assert_matches([run["untied"] for run in runs], references("causal_lm", 1.0))
+    model = load_model(EngineConfig(model_path=tied_model_dir)).double()
+    with torch.no_grad():
+        outputs = reference_outputs(model, "causal_lm", batch)
+    loss, grad_norm, weights = reference_step(model, "causal_lm", batch, LR, ADAM_EPS, 1.0)
+    _assert_matches([run["tied"] for run in runs],
+                    {"outputs": outputs, "loss": loss, "grad_norm": grad_norm, "weights": weights})
+
+
+def _assert_matches(results, reference):
     for key, expected in reference["outputs"].items():
         if key == "entropy" and "entropy" not in results[0]["outputs"]:
             continue

@@ -8,7 +8,9 @@ import socket
 import pytest
 import torch.multiprocessing as mp
 
+from verl_like.engine.head_log_probs import CHUNK_BYTES
 from verl_like.engine.token_budget import (
+    ACTIVATION_SHARE,
     BUDGET_MULTIPLE,
     MAX_BUDGET,
     MIN_BUDGET,
@@ -92,6 +94,35 @@ def test_pending_bytes_count_what_is_not_allocated_yet():
     assert forward < update
     assert pending_bytes(QWEN_05B, dataclasses.replace(STATE, optimizer_offload=True), 2, False) < forward
     assert pending_bytes(QWEN_05B, dataclasses.replace(STATE, reshard_after_forward=False), 2, True) > update
+
+
+def test_the_chunked_head_takes_the_logits_out_of_the_per_token_cost():
+    chunked = dataclasses.replace(GPU, chunked_head=True)
+    per_token = bytes_per_token(QWEN_05B, chunked, True)
+    # what is left: 24 layer inputs (checkpointing) and one layer's activations and their gradients, bf16
+    layer = (6 * 896 + 2 * 896 + 2 * 128 + 3 * 4864) * 2
+    assert per_token == 24 * 896 * 2 + 2 * layer
+    assert bytes_per_token(QWEN_05B, GPU, True) - per_token == 2 * 151936 * 2
+    assert bytes_per_token(QWEN_05B, chunked, False) == layer
+    # its workspace is a fixed cost: two chunks of logits, the head's float32 gradient and one chunk's share
+    workspace = (pending_bytes(QWEN_05B, STATE, 2, True, chunked_head=True) - pending_bytes(QWEN_05B, STATE, 2, True))
+    assert workspace == 2 * CHUNK_BYTES + 151936 * 896 * (4 + 2)
+    assert pending_bytes(QWEN_05B, STATE, 2, False, chunked_head=True) - pending_bytes(QWEN_05B, STATE, 2, False) \
+        == CHUNK_BYTES
+
+
+def test_the_activation_share_caps_the_budget_when_much_more_is_free():
+    chunked = dataclasses.replace(GPU, chunked_head=True)
+    h100 = 80 * GIB
+    free = budgets_for(["update"], QWEN_15B, chunked, STATE, 70 * GIB, 640)["update"]
+    capped = budgets_for(["update"], QWEN_15B, chunked, STATE, 70 * GIB, 640, device_bytes=h100)["update"]
+    per_token = bytes_per_token(QWEN_15B, chunked, True)
+    assert capped < free
+    assert capped * per_token <= ACTIVATION_SHARE * h100 < (capped + BUDGET_MULTIPLE) * per_token
+    # when little is free, free memory decides, the cap changes nothing
+    assert budgets_for(["update"], QWEN_15B, chunked, STATE, 12 * GIB, 640, device_bytes=h100) == \
+        budgets_for(["update"], QWEN_15B, chunked, STATE, 12 * GIB, 640)
+    assert size_budget(10 * GIB, 0, 100_000, 1, safety=1.0, device_bytes=20 * GIB) == 41984  # 4 GiB / 100 kB
 
 
 def test_log_prob_passes_get_a_larger_budget_than_the_update():
