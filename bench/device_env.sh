@@ -4,8 +4,8 @@
 # the kit's environment for the kit already unpacked in /tmp/site.
 # Installs the wheels carried in .whl/ (hydra-core, omegaconf, antlr4, tensordict, pyvers, httpx and the vLLM
 # server's uvicorn / model-hosting-container-standards / jmespath; docs/benchmarks.md) into /tmp/extra once per
-# machine, puts this repo and /tmp/extra on the path after the kit, and compiles the kit's, the extras' and this
-# repo's bytecode once (the device sets PYTHONDONTWRITEBYTECODE: without it every process compiles them again).
+# machine, puts this repo and /tmp/extra on the path after the kit, and compiles the kit's, the extras', this
+# repo's and the device torch's bytecode once (the device sets PYTHONDONTWRITEBYTECODE: without it every process compiles them again).
 _de_site=${DEVKIT_SITE:-/tmp/site}
 if [ -f "$_de_site/.devicekit" ]; then
   case ":${PYTHONPATH:-}:" in *":$_de_site:"*) ;; *)
@@ -20,7 +20,8 @@ if [ ! -f /tmp/extra/.verl_like-extra ]; then
 fi
 case ":${PYTHONPATH:-}:" in *":/tmp/extra:"*) ;; *) export PYTHONPATH="$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/extra" ;; esac
 if [ ! -f /tmp/extra/.verl_like-bytecode ]; then
-  for _de_dir in "$_de_site" /tmp/extra "$PWD/verl_like"; do
+  # the device's own torch ships without bytecode as well (verl_like warns at start-up when it finds none)
+  for _de_dir in "$_de_site" /tmp/extra "$PWD/verl_like" "$(python -c 'import os, torch; print(os.path.dirname(torch.__file__))')"; do
     [ -d "$_de_dir" ] && python -m compileall -q -j 0 "$_de_dir" >/dev/null 2>&1
   done
   touch /tmp/extra/.verl_like-bytecode

@@ -240,6 +240,21 @@ launch_1gpu)
   run launch_warm 200 0 "${LAUNCH[@]}" --steps 1
   run launch_warm2 200 0 "${LAUNCH[@]}" --steps 1
   ;;
+launch3)  # issue #30 goal 4: launch -> first rollout in both placements, vLLM's compile cache cold, then warm
+  LAUNCH=(python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512
+    --gpu-memory-utilization 0.3 --workdir "$WORK")
+  run launch_server_cold 220 0 "${LAUNCH[@]}" --mode server --staleness 1 --steps 2
+  run launch_server_warm 180 0 "${LAUNCH[@]}" --mode server --staleness 1 --steps 2
+  run launch_colocated_first 180 0 "${LAUNCH[@]}" --steps 1
+  run launch_colocated_again 180 0 "${LAUNCH[@]}" --steps 1
+  ;;
+launch3_server)  # goal 4, server placement only, one step each; the servers' own logs kept (their start-up phases)
+  LAUNCH=(python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512
+    --gpu-memory-utilization 0.3 --workdir "$WORK" --mode server --staleness 1 --steps 1)
+  run launch_server_cold 180 0 "${LAUNCH[@]}"
+  run launch_server_warm 150 0 "${LAUNCH[@]}"
+  for log in /tmp/verl_like_server_*.log; do [ -f "$log" ] && cp "$log" "$OUT/"; done
+  ;;
 lora_1gpu)
   LORA_RUN=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --gpu-memory-utilization 0.3
     --max-tokens-per-gpu 65536 --override actor_rollout_ref.model.use_fused_kernels=true --steps 4 --workdir "$WORK")
@@ -352,7 +367,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|launch3|launch3_server" >&2
   exit 2
   ;;
 esac

@@ -3,8 +3,8 @@
 A null budget key (config/token_budget.py says which passes) is sized on each rank once every model of the
 process is in place, and the group takes the smallest, so every rank plans its micro-batches alike:
 
-    budget = min((free bytes - bytes still to come) x SAFETY_FRACTION,
-                 device bytes x ACTIVATION_SHARE) / bytes per token,
+    budget = min((free bytes - bytes still to come) x SAFETY_FRACTION, device bytes x ACTIVATION_SHARE)
+             / bytes per token,
              rounded down to a multiple of 1,024, clamped to [MIN_BUDGET, MAX_BUDGET], never below the longest
              sequence (one sample must fit whatever the estimate says)
 

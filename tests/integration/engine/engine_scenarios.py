@@ -294,8 +294,8 @@ def token_budget_sizing(ctx):
 
 def _scenarios():
     scenarios = {name: (data_parallel, args) for name, args in DATA_PARALLEL_SCENARIOS.items()}
-    for function in (chunked_head_packed, lr_schedule, scaled_lr_step, non_finite_gradient, checkpoint_resume, export, offload_round_trip,
-                     planning_errors, token_budget_sizing):
+    for function in (chunked_head_packed, lr_schedule, scaled_lr_step, non_finite_gradient, checkpoint_resume, export,
+                     offload_round_trip, planning_errors, token_budget_sizing):
         scenarios[function.__name__] = (function, ())
     return scenarios
 
