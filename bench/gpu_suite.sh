@@ -46,6 +46,8 @@
 #                                      # | our 1.5B staleness 1 (rescore), the GPU tests of rescoring and the KV cache
 #   bash bench/gpu_suite.sh ratios3_a  # the chunked LM head: its GPU tests, our 0.5B sync, TRL 1.5B, our 1.5B sync |
 #   bash bench/gpu_suite.sh ratios3_b  # our 1.5B staleness 1 rescoring and decoding, TRL 0.5B, our 0.5B s1 rescoring
+#   bash bench/gpu_suite.sh ratios_7b_trl  # then ratios_7b_ours_bf16 (one H200, needs_h200): goal 1's 7B row, both
+#                                          # sides in bf16 weights and AdamW state on the GPU
 #   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
 #     workload, and scoring finished sequences in one pass instead of per-step log-probs (issue #30 goals 1, 3)
 set -uo pipefail
@@ -253,7 +255,7 @@ launch3_server)  # goal 4, server placement only, one step each; the servers' ow
     --gpu-memory-utilization 0.3 --workdir "$WORK" --mode server --staleness 1 --steps 1)
   run launch_server_cold 180 0 "${LAUNCH[@]}"
   run launch_server_warm 150 0 "${LAUNCH[@]}"
-  for log in /tmp/verl_like_server_*.log; do [ -f "$log" ] && cp "$log" "$OUT/"; done
+  for log in "$WORK"/run_*/server_logs/*.log; do [ -f "$log" ] && cp "$log" "$OUT/$(basename "$(dirname "$(dirname "$log")")")_$(basename "$log")"; done
   ;;
 lora_1gpu)
   LORA_RUN=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --gpu-memory-utilization 0.3
@@ -289,7 +291,7 @@ defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on 
   run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
     --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
   ;;
-ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b)
+ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16)
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
   # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
@@ -358,6 +360,11 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   ratios_7b_ours)
     run step_7b_sync 560 0 "${OURS[@]}" --model qwen2.5-7b --offload-policy --sleep-level 2
     ;;
+  ratios_7b_ours_bf16)  # as TRL's 7B row: bf16 weights and AdamW state on the GPU (~61 GB: an H200), no offload;
+    # vLLM discards its weights while asleep; the chunked head keeps the update's activations to a fifth of the GPU
+    run step_7b_sync_bf16 560 0 "${OURS[@]}" --model qwen2.5-7b --sleep-level 2 \
+      --override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16
+    ;;
   ratios_c)
     run step_1.5b_async1 300 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
     trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
@@ -367,7 +374,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|launch3|launch3_server" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|launch3|launch3_server" >&2
   exit 2
   ;;
 esac
