@@ -31,13 +31,19 @@ def reference_token_log_probs(
     logits: torch.Tensor, labels: torch.Tensor, temperature: float, calculate_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log p(label), entropy or None) in float32, shapes `logits.shape[:-1]`; logits (..., vocab), plain torch."""
+    log_probs, _, entropy = _reference_stats(logits, labels, temperature, calculate_entropy)
+    return log_probs, entropy
+
+
+def _reference_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float, calculate_entropy: bool):
+    """(log p(label), log-normaliser, entropy or None) in float32 through plain torch (differentiable)."""
     scaled = logits.float() / temperature
     log_normaliser = torch.logsumexp(scaled, dim=-1)
     log_probs = scaled.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - log_normaliser
     entropy = None
     if calculate_entropy:
         entropy = log_normaliser - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1)
-    return log_probs, entropy
+    return log_probs, log_normaliser, entropy
 
 
 def token_log_probs(
@@ -93,11 +99,7 @@ def log_prob_stats(
         return _fused_stats(logits.unsqueeze(0), labels.reshape(-1).to(torch.int64).contiguous(), temperature,
                             calculate_entropy)
     with torch.no_grad():
-        scaled = logits.float() / temperature
-        lse = torch.logsumexp(scaled, dim=-1)
-        log_probs = scaled.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
-        entropy = lse - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1) if calculate_entropy else None
-    return log_probs, lse, entropy
+        return _reference_stats(logits, labels, temperature, calculate_entropy)
 
 
 def log_prob_grad(logits: torch.Tensor, labels: torch.Tensor, grad_log_probs: torch.Tensor,

@@ -456,7 +456,7 @@ def build_components(
                 "async_training with the servers on the trainer's GPUs (rollout_pool.gpu_fraction=%s): the server "
                 "and the trainer are two processes, whose kernels take turns on a GPU rather than overlap (no "
                 "MPS); on one H100 staleness 1 measured no faster than the synchronous step (docs/benchmarks.md). "
-                "Overlap pays with the servers on GPUs of their own (rollout_pool)", placement.gpu_fraction)
+                "It is meant for servers on GPUs of their own (rollout_pool)", placement.gpu_fraction)
         if placement.servers_start_early:
             launched = _launch_servers(config, model_path, None)
         elif placement.shares_trainer_devices and servers_size_kv_cache(config, model_path):
