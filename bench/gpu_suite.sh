@@ -48,6 +48,8 @@
 #   bash bench/gpu_suite.sh ratios3_b  # our 1.5B staleness 1 rescoring and decoding, TRL 0.5B, our 0.5B s1 rescoring
 #   bash bench/gpu_suite.sh ratios_7b_trl  # then ratios_7b_ours_bf16 (one H200, needs_h200): goal 1's 7B row, both
 #                                          # sides in bf16 weights and AdamW state on the GPU
+#   bash bench/gpu_suite.sh overlap_probe  # issue #30: vLLM's decode and the FSDP2 update in one process on two CUDA
+#                                          # streams at once, against each alone (bench/inproc_overlap.py), 0.5B, 1.5B
 #   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
 #     workload, and scoring finished sequences in one pass instead of per-step log-probs (issue #30 goals 1, 3)
 set -uo pipefail
@@ -291,6 +293,11 @@ defaults_1gpu)  # issue #30 goal 2: what `python -m verl_like.main_ppo` gets on 
   run step_trl_sync_64k_fused 260 0 python bench/step_throughput.py "${TRL[@]}" --max-tokens-per-gpu 65536 \
     --override actor_rollout_ref.model.use_fused_kernels=true --out "$OUT/step_trl_sync_64k_fused.json"
   ;;
+overlap_probe)  # issue #30 staleness 1: what one process overlapping generation with the update could gain
+  for shape in ${PROBE_SHAPES:-0.5b 1.5b}; do
+    run "overlap_probe_$shape" 280 0 python bench/inproc_overlap.py --model "qwen2.5-$shape" --workdir "$WORK"
+  done
+  ;;
 ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16)
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
@@ -374,7 +381,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|launch3|launch3_server" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|launch3|launch3_server|overlap_probe" >&2
   exit 2
   ;;
 esac
