@@ -260,6 +260,8 @@ launch3_server)  # goal 4, server placement only, one step each; the servers' ow
 import vllm.entrypoints.openai.api_server; print(f'RESULT {{\"import_api_server_s\": {time.perf_counter() - t:.2f}}}')"
   run launch_server_cold 180 0 "${LAUNCH[@]}"
   run launch_server_warm 150 0 "${LAUNCH[@]}"
+  # the A/B of the servers' fork (verl_like.serve's default on CUDA): vLLM's CLI default, spawn
+  run launch_server_warm_spawn 150 0 env VLLM_WORKER_MULTIPROC_METHOD=spawn "${LAUNCH[@]}"
   for log in "$WORK"/run_*/server_logs/*.log; do [ -f "$log" ] && cp "$log" "$OUT/$(basename "$(dirname "$(dirname "$log")")")_$(basename "$log")"; done
   ;;
 lora_1gpu)

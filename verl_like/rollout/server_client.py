@@ -149,7 +149,7 @@ class ServerClient:
                 return time.monotonic() - start
             if alive is not None and not alive():
                 raise ServerError(f"{self}: the server process exited before it answered /health")
-            time.sleep(1.0)
+            time.sleep(0.25)
         raise ServerError(
             f"{self}: no answer on /health after {timeout_s:.0f} s; raise "
             "actor_rollout_ref.rollout.server.start_timeout_s if the machine is slow"
