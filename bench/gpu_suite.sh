@@ -254,7 +254,8 @@ launch3)  # issue #30 goal 4: launch -> first rollout in both placements, vLLM's
   ;;
 launch3_server)  # goal 4, server placement only, one step each; the servers' own logs kept (their start-up phases)
   LAUNCH=(python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512
-    --gpu-memory-utilization 0.3 --workdir "$WORK" --mode server --staleness 1 --steps 1)
+    --gpu-memory-utilization 0.3 --workdir "$WORK" --mode server --staleness 1 --steps 1
+    --override trainer.log_level=INFO)  # INFO: the servers' logs time their phases
   # what one interpreter spends importing the server's modules (the server imports them once before its engine)
   run import_vllm_server 60 0 python -c "import time; t = time.perf_counter(); \
 import vllm.entrypoints.openai.api_server; print(f'RESULT {{\"import_api_server_s\": {time.perf_counter() - t:.2f}}}')"
