@@ -71,10 +71,10 @@ def test_the_server_environment_opens_the_dev_endpoints_and_runs_its_engine_in_a
     assert env["VLLM_CPU_OMP_THREADS_BIND"].count("|") == 1
 
 
-def test_a_cuda_server_forks_its_engine_processes_unless_the_user_chose(monkeypatch):
+def test_a_server_forks_its_engine_processes_unless_the_user_chose(monkeypatch):
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     assert server_env("cuda")["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
-    assert "VLLM_WORKER_MULTIPROC_METHOD" not in server_env("cpu")  # vLLM's CLI default (spawn) there
+    assert server_env("cpu", tensor_parallel_size=2)["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     assert server_env("cuda")["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
 
