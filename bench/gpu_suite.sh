@@ -261,8 +261,19 @@ launch3_server)  # goal 4, server placement only, one step each; the servers' ow
 import vllm.entrypoints.openai.api_server; print(f'RESULT {{\"import_api_server_s\": {time.perf_counter() - t:.2f}}}')"
   run launch_server_cold 180 0 "${LAUNCH[@]}"
   run launch_server_warm 150 0 "${LAUNCH[@]}"
-  # the A/B of the servers' fork (verl_like.serve's default on CUDA): vLLM's CLI default, spawn
-  run launch_server_warm_spawn 150 0 env VLLM_WORKER_MULTIPROC_METHOD=spawn "${LAUNCH[@]}"
+  # the A/B of the engine core's start: fork (verl_like.serve's default on CPU only since this measured no gain)
+  run launch_server_warm_fork 150 0 env VLLM_WORKER_MULTIPROC_METHOD=fork "${LAUNCH[@]}"
+  ;;
+launch4)  # goal 4 in one hold: both placements, the compile cache cold then warm; a forked server's DEBUG log
+  LAUNCH=(python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512
+    --gpu-memory-utilization 0.3 --workdir "$WORK" --steps 1 --override trainer.log_level=INFO)
+  run launch_colocated_cold 150 0 "${LAUNCH[@]}"
+  run launch_colocated_warm 120 0 "${LAUNCH[@]}"
+  run launch_server_cold 150 0 "${LAUNCH[@]}" --mode server --staleness 1
+  run launch_server_warm 120 0 "${LAUNCH[@]}" --mode server --staleness 1
+  run launch_server_fork_debug 120 0 env VLLM_WORKER_MULTIPROC_METHOD=fork "${LAUNCH[@]}" --mode server --staleness 1 \
+    --override trainer.log_level=DEBUG
+  for log in "$WORK"/run_*/server_logs/*.log; do [ -f "$log" ] && cp "$log" "$OUT/$(basename "$(dirname "$(dirname "$log")")")_$(basename "$log")"; done
   for log in "$WORK"/run_*/server_logs/*.log; do [ -f "$log" ] && cp "$log" "$OUT/$(basename "$(dirname "$(dirname "$log")")")_$(basename "$log")"; done
   ;;
 lora_1gpu)
@@ -387,7 +398,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|launch3|launch3_server|overlap_probe" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|launch3|launch3_server|launch4|overlap_probe" >&2
   exit 2
   ;;
 esac

