@@ -12,4 +12,4 @@ run: setup
 
 # The CPU test suite (unit + integration with real Ray, vLLM and FSDP2); GPU tests skip without CUDA.
 test: setup
-	$(PY) -m pytest tests -q -ra --durations=40 $(ARGS)
+	$(PY) -m pytest tests -q -ra --durations=80 $(ARGS)

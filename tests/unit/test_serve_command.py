@@ -71,6 +71,14 @@ def test_the_server_environment_opens_the_dev_endpoints_and_runs_its_engine_in_a
     assert env["VLLM_CPU_OMP_THREADS_BIND"].count("|") == 1
 
 
+def test_a_single_cpu_server_leaves_its_threads_unpinned_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert server_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in server_env("cuda")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    assert server_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
 def test_a_cpu_server_forks_its_engine_processes_unless_the_user_chose(monkeypatch):
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     assert server_env("cpu", tensor_parallel_size=2)["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
