@@ -48,6 +48,8 @@
 #   bash bench/gpu_suite.sh ratios3_b  # our 1.5B staleness 1 rescoring and decoding, TRL 0.5B, our 0.5B s1 rescoring
 #   bash bench/gpu_suite.sh ratios_7b_trl  # then ratios_7b_ours_bf16 (one H200, needs_h200): goal 1's 7B row, both
 #                                          # sides in bf16 weights and AdamW state on the GPU
+#   bash bench/gpu_suite.sh launch5_stacks  # issue #30 goal 4: colocated launches, cold then warm, whose Ray workers
+#                                           # print their stacks every 2 s (the silent stretch after graph capture)
 #   bash bench/gpu_suite.sh overlap_probe  # issue #30: vLLM's decode and the FSDP2 update in one process on two CUDA
 #                                          # streams at once, against each alone (bench/inproc_overlap.py), 0.5B, 1.5B
 #   DECODE_VARIANTS="no_logprobs kv_fit score_after" bash bench/gpu_suite.sh decode_knobs_1gpu  # KV sized to the
@@ -283,6 +285,19 @@ launch4)  # goal 4 in one hold: both placements, the compile cache cold then war
     --override trainer.log_level=DEBUG
   keep_server_logs
   ;;
+launch5_stacks)  # goal 4's lead: what the colocated worker runs in its silent ~19 s after vLLM's CUDA-graph capture.
+  # A cold launch (it fills the compile caches) and a warm one, every Ray worker printing its main thread's stack
+  # every 2 s (bench/stack_probe/sitecustomize.py; the samples land in each run's log).
+  LAUNCH=(env STACK_PROBE_EVERY_S=2 RAY_DEDUP_LOGS=0 PYTHONPATH="$PWD/bench/stack_probe:$PYTHONPATH"
+    python bench/step_throughput.py --model qwen2.5-0.5b --prompts 32 --n 8 --prompt-len 128 --response-len 512
+    --gpu-memory-utilization 0.3 --workdir "$WORK" --steps 1 --override trainer.log_level=INFO)
+  triton_cache() { find "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" -type f 2>/dev/null | wc -l; }
+  echo "triton cache files before: $(triton_cache)"
+  run launch_colocated_cold_stacks 150 0 "${LAUNCH[@]}"
+  echo "triton cache files after the cold launch: $(triton_cache)"
+  run launch_colocated_warm_stacks 150 0 "${LAUNCH[@]}"
+  echo "triton cache files after the warm launch: $(triton_cache)"
+  ;;
 lora_1gpu)
   LORA_RUN=(--prompts 32 --n 8 --prompt-len 128 --response-len 512 --gpu-memory-utilization 0.3
     --max-tokens-per-gpu 65536 --override actor_rollout_ref.model.use_fused_kernels=true --steps 4 --workdir "$WORK")
@@ -405,7 +420,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|launch3|launch3_server|launch4|overlap_probe" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|launch3|launch3_server|launch4|launch5_stacks|overlap_probe" >&2
   exit 2
   ;;
 esac
