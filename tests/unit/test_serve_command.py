@@ -13,6 +13,7 @@ from verl_like.serve import server_command, server_env
 
 def test_the_command_carries_the_weight_transfer_engine_and_processed_log_probs():
     command = server_command("/models/p", port=8123, device="cpu", extra_args=["--dtype", "float32"])
+    assert command[1:3] == ["-m", "verl_like.rollout.api_server_main"]  # vLLM's OpenAI server, run by our entry
     assert command[command.index("--port") + 1] == "8123" and command[command.index("--host") + 1] == "127.0.0.1"
     assert json.loads(command[command.index("--weight-transfer-config") + 1]) == {"backend": "verl_like_gloo"}
     assert command[command.index("--worker-extension-cls") + 1].startswith("verl_like.rollout.server_extension.")

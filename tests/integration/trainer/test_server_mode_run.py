@@ -28,6 +28,7 @@ import ray
 from test_main_ppo import DETERMINISTIC, _main_ppo, _run, read_dumps
 
 from verl_like.config.loader import load_config
+from verl_like.serve import SERVER_MAIN
 from verl_like.utils.tracking import read_metrics
 from verl_like.workers.actor_rollout import ActorRolloutWorker
 
@@ -45,7 +46,7 @@ def vllm_processes() -> dict[int, str]:
             title = (entry / "comm").read_text().strip()
         except OSError:
             continue
-        if "vllm.entrypoints.openai.api_server" in args or "EngineCore" in args or "EngineCore" in title:
+        if SERVER_MAIN in args or "EngineCore" in args or "EngineCore" in title:
             found[int(entry.name)] = args or title
     return found
 
