@@ -22,9 +22,11 @@ from pathlib import Path
 
 from verl_like import serve
 from verl_like.models.tiny import build_tiny_model
+from verl_like.rollout.api_server_main import API_SERVER_MODULE
+from verl_like.rollout.server_client import ServerClient
 from verl_like.utils.gloo import free_port
 
-ENTRIES = {"verl_like": serve.SERVER_MAIN, "vllm": "vllm.entrypoints.openai.api_server"}
+ENTRIES = {"verl_like": serve.SERVER_MAIN, "vllm": API_SERVER_MODULE}
 
 
 def _post(url: str, body: dict, timeout: float) -> dict:
@@ -42,15 +44,9 @@ def start_once(entry: str, model: str, log_dir: Path) -> dict:
     proc = subprocess.Popen(command, env=serve.server_env("cpu"), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+    client = ServerClient(base, f"{entry} server")
     try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the {entry} server exited: see {log.name}") from None
-                time.sleep(0.2)
+        client.wait_healthy(600, alive=lambda: proc.poll() is None)
         healthy = time.perf_counter() - start
         start = time.perf_counter()
         for _ in range(3):
@@ -58,6 +54,7 @@ def start_once(entry: str, model: str, log_dir: Path) -> dict:
                                              "ignore_eos": True, "temperature": 1.0}, timeout=600)
         return {"entry": entry, "health_s": round(healthy, 2), "three_batches_s": round(time.perf_counter() - start, 2)}
     finally:
+        client.close()
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(60)
         log.close()
