@@ -48,6 +48,7 @@
 #   bash bench/gpu_suite.sh ratios3_b  # our 1.5B staleness 1 rescoring and decoding, TRL 0.5B, our 0.5B s1 rescoring
 #   bash bench/gpu_suite.sh ratios_7b_trl  # then ratios_7b_ours_bf16 (one H200, needs_h200): goal 1's 7B row, both
 #                                          # sides in bf16 weights and AdamW state on the GPU
+#   bash bench/gpu_suite.sh ratios_7b_trl_sleep  # the same row on an 80 GiB H100: TRL's vLLM sleeps through the update
 #   bash bench/gpu_suite.sh launch5_stacks  # issue #30 goal 4: colocated launches, cold then warm, whose Ray workers
 #                                           # print their stacks every 2 s (the silent stretch after graph capture)
 #   bash bench/gpu_suite.sh overlap_probe  # issue #30: vLLM's decode and the FSDP2 update in one process on two CUDA
@@ -337,7 +338,7 @@ overlap_probe)  # issue #30 staleness 1: what one process overlapping generation
     run "overlap_probe_$shape" 280 0 python bench/inproc_overlap.py --model "qwen2.5-$shape" --workdir "$WORK"
   done
   ;;
-ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16)
+ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16)
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
   # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
@@ -402,6 +403,10 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|rati
     ;;
   ratios_7b_trl)
     trl_run trl_7b_bf16 qwen2.5-7b 560 --no-is-correction --model-dtype bfloat16
+    ;;
+  ratios_7b_trl_sleep)  # an 80 GiB H100: TRL's bf16 weights, gradients and AdamW state (~61 GB) beside its vLLM's
+    # 30 % (24 GB) pass 80 GB, so vLLM sleeps through the update (TRL's vllm_enable_sleep_mode, level 2), as ours does
+    trl_run trl_7b_bf16_sleep qwen2.5-7b 560 --no-is-correction --model-dtype bfloat16 --vllm-sleep
     ;;
   ratios_7b_ours)
     run step_7b_sync 560 0 "${OURS[@]}" --model qwen2.5-7b --offload-policy --sleep-level 2

@@ -236,7 +236,12 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
     step_s = median("timing_s/step")
     log_prob_s = seconds.get("log_probs")
     gpus = args.gpus
+    # rows the update left out (actor.skip_zero_advantage_rows: zero advantage everywhere) ran no forward/backward,
+    # so the update's MFU counts only the rows it trained
+    skipped = [r.get("actor/skipped_row_frac", 0.0) for r in steps]
+    trained_rows = round(args.prompts * args.n * (1 - statistics.median(skipped[1:] or skipped)))
     flops = update_flops(shape, args.prompt_len, args.response_len, args.prompts * args.n)
+    trained_flops = update_flops(shape, args.prompt_len, args.response_len, trained_rows)
     sync_bytes = median("weight_sync/model_bytes") if "weight_sync/model_bytes" in measured[0] else float("nan")
     return {
         "step_s": step_s,
@@ -248,7 +253,7 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
             "update": tokens / seconds["update"] / gpus,
             "step": tokens / step_s / gpus,
         },
-        "update_mfu": flops / seconds["update"] / gpus / (args.peak_tflops * 1e12),
+        "update_mfu": trained_flops / seconds["update"] / gpus / (args.peak_tflops * 1e12),
         "log_prob_mfu": flops / 3 / log_prob_s / gpus / (args.peak_tflops * 1e12) if log_prob_s else None,
         "old_log_prob_forward": log_prob_s is not None,
         "weight_sync_gb_per_s": sync_bytes / seconds["weight_sync"] / 1e9,
@@ -258,6 +263,7 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
         "logprob_diff_mean": median("rollout/logprob_diff_mean") if "rollout/logprob_diff_mean" in measured[0] else None,
         "logprob_diff_max": median("rollout/logprob_diff_max") if "rollout/logprob_diff_max" in measured[0] else None,
         "overlap_fraction": median("async/overlap_fraction") if "async/overlap_fraction" in measured[0] else None,
+        "skipped_row_frac": skipped,
         "steps_measured": len(measured),
         "per_step_s": [r["timing_s/step"] for r in steps],
     }

@@ -23,6 +23,7 @@ from verl_like.algorithms.kl_control import (
 )
 from verl_like.algorithms.masked import group_ids, masked_mean, masked_sum, masked_whiten
 from verl_like.algorithms.policy_loss import (
+    ADVANTAGE_WEIGHTED_LOSSES,
     LossOutput,
     PolicyLossConfig,
     PolicyLossFn,
@@ -45,6 +46,7 @@ from verl_like.algorithms.value_loss import compute_value_loss
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_WEIGHTED_LOSSES",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",

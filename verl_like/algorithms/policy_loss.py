@@ -67,6 +67,11 @@ class PolicyLossInputs:
         return old, new, adv, mask
 
 
+# The built-in losses whose every token's loss is its advantage times a finite factor (the ratio is clamped), so
+# that a row with advantage 0 on all its response tokens adds exactly nothing to the gradient. A loss registered
+# by a user is not assumed to be one.
+ADVANTAGE_WEIGHTED_LOSSES = frozenset({"vanilla", "gspo", "gpg"})
+
 PolicyLossFn = Callable[..., LossOutput]  # fn(inputs: PolicyLossInputs, *, normalizer, config) -> LossOutput
 
 

@@ -290,6 +290,11 @@ class ActorConfig:
       entropy_coeff: weight of the entropy bonus (0 skips computing entropy in the update).
       use_kl_loss / kl_loss_coef / kl_loss_type: KL to the reference policy as a loss term (needs
         "ref_log_probs" in the batch); kl_loss_type names a KL estimator (k1, k2, k3, low_var_kl, ...).
+      skip_zero_advantage_rows: rows whose advantage is 0 on every response token (GRPO groups whose samples
+        all got the same reward) run no forward or backward in the update when their loss is 0 whatever the
+        weights: a built-in policy loss, entropy_coeff 0, no KL loss. The gradient is the same (the loss still
+        divides by all the mini-batch's tokens); token-mean metrics (ppo_kl, clip fractions, the rollout gap)
+        then cover the rows trained. Metric actor/skipped_row_frac. Not in verl; false trains every row.
     Optimisation
       grad_clip: global gradient-norm clip, or null to only report the norm.
       optim: OptimConfig; fsdp_config: FSDPConfig.
@@ -324,6 +329,7 @@ class ActorConfig:
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
+    skip_zero_advantage_rows: bool = True
     grad_clip: float | None = 1.0
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)

@@ -25,6 +25,9 @@ Loss contract of `forward_backward` (why: data parallelism must give exactly the
     "global_sequence_count": sequences with at least one valid token in the mini-batch over all ranks.
   A token-mean loss is `(per_token_loss * mask).sum() / global_token_count`; a sequence-mean one divides the
   sum of per-sequence values by `global_sequence_count`.
+  The engine counts the rows it is given, unless the batch's meta_info carries LOSS_COUNTS_KEY, the (tokens,
+  sequences) of a larger mini-batch those rows were taken from (the PPO update leaves out rows whose loss has no
+  gradient, workers/ppo_update.py): then those counts are the global ones.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class WeightHoldings:
     params: tuple[tuple[str, tuple[int, ...]], ...]
     boxes: tuple[tuple[Any, ...], ...]
 
+
+# meta_info key of a forward_backward batch: (tokens, sequences) of the whole mini-batch over all ranks, when the
+# rows given are a subset of it (see the loss contract above).
+LOSS_COUNTS_KEY = "mini_batch_loss_counts"
 
 LossFn = Callable[[dict[str, torch.Tensor], DataProto], tuple[torch.Tensor, dict[str, float]]]
 """loss_fn(model_outputs, micro_batch) -> (loss share: 0-d tensor, metrics: {name: float}); see the module doc."""

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
-from verl_like.engine.base import LossFn
+from verl_like.engine.base import LOSS_COUNTS_KEY, LossFn
 from verl_like.engine.config import MicroBatching
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.engine.vision import VISION_TENSOR_KEYS
@@ -120,9 +120,11 @@ def global_counts(tensors: TensorDict, group: dist.ProcessGroup | None) -> tuple
 def loss_micro_batches(batch: DataProto, groups: list[list[int]], group: dist.ProcessGroup | None,
                        temperature: float, device: torch.device | str) -> Iterator[DataProto]:
     """Each micro-batch of `batch` on `device`, its meta_info carrying what a loss normalises by: the token and
-    sequence counts of the whole global batch (`global_counts`, a collective run before the first) and the
-    temperature. Both engines' `forward_backward` train over these."""
-    token_count, sequence_count = global_counts(batch.batch, group)
+    sequence counts of the whole global batch (`global_counts`, a collective run before the first; or, where the
+    batch's meta_info has LOSS_COUNTS_KEY, those of the mini-batch its rows were taken from) and the temperature.
+    Both engines' `forward_backward` train over these."""
+    given = batch.meta_info.get(LOSS_COUNTS_KEY)
+    token_count, sequence_count = given if given is not None else global_counts(batch.batch, group)
     for indices in groups:
         micro_batch = batch[indices].to(device)
         micro_batch.meta_info.update(

@@ -18,6 +18,7 @@ import logging
 import torch
 
 from verl_like.algorithms import (
+    ADVANTAGE_WEIGHTED_LOSSES,
     LossNormalizer,
     PolicyLossInputs,
     RolloutISConfig,
@@ -89,8 +90,10 @@ class PPOActor:
         Metrics: actor/pg_loss, actor/pg_clipfrac(_ratio_high, _ratio_low), actor/pg_clipfrac_lower (verl's:
         dual-clip active), actor/ppo_kl, actor/entropy (only
         when entropy_coeff != 0, the entropy the bonus used), actor/kl_loss and actor/kl_coef (with use_kl_loss),
-        actor/is_weight_mean (with rollout IS weights), actor/grad_norm, actor/lr. Every value is the mean over
-        the update's optimizer steps of a mini-batch-wide value (the same on every rank).
+        actor/is_weight_mean (with rollout IS weights), actor/grad_norm, actor/lr, actor/skipped_row_frac (rows
+        left out as `zero_advantage_rows_add_nothing` allows; the token means above then cover the rows trained).
+        Every value is the mean over the update's optimizer steps of a mini-batch-wide value (the same on every
+        rank).
         """
         rows = self.training_rows(batch)
         request = request or TrainRequest.from_meta_info(batch.meta_info)
@@ -110,11 +113,22 @@ class PPOActor:
             temperature=request.temperature,
             calculate_entropy=self.config.entropy_coeff != 0,
             lr_scale=request.lr_scale,
+            trains=rows_with_advantage if self.zero_advantage_rows_add_nothing() else None,
         )
         metrics = rollout_gap_metrics(mean_metrics(history, "actor"))
         if self.config.use_kl_loss:
             metrics["actor/kl_coef"] = self.config.kl_loss_coef
         return metrics
+
+    def zero_advantage_rows_add_nothing(self) -> bool:
+        """Whether the update leaves out rows whose advantage is 0 on every response token: with
+        config.skip_zero_advantage_rows on, a built-in policy loss that weights each token by its advantage
+        (ADVANTAGE_WEIGHTED_LOSSES), no entropy bonus and no KL loss, such a row's loss is 0 whatever the weights,
+        so its forward and backward would only add zeros to the gradient (GRPO's groups whose samples all got the
+        same reward). The loss still divides by the whole mini-batch's tokens and sequences."""
+        config = self.config
+        return (config.skip_zero_advantage_rows and config.policy_loss.loss_mode in ADVANTAGE_WEIGHTED_LOSSES
+                and config.entropy_coeff == 0 and not config.use_kl_loss)
 
     def training_rows(self, batch: DataProto) -> DataProto:
         """The batch's rows narrowed to the tensors the PPO update reads, after checking that they are all there."""
@@ -186,6 +200,12 @@ class PPOActor:
             return loss, {**entries, **gap_peaks}
 
         return loss_fn
+
+
+def rows_with_advantage(rows: DataProto) -> torch.Tensor:
+    """(rows,) bool: the rows with a nonzero (or NaN) advantage on some valid response token."""
+    tensors = rows.batch
+    return ((tensors["advantages"] != 0) & response_mask_of(tensors).bool()).any(dim=-1)
 
 
 def rollout_gaps(log_probs: torch.Tensor, tensors, mask: torch.Tensor) -> tuple[dict, dict]:

@@ -7,6 +7,11 @@ this rank's micro-batches and sums it over ranks, and `optimizer_step` applies i
 slice of every rank's (possibly shuffled) rows; with the same rows in each mini-batch, the update is the same
 whether the rows sit on one rank or on many.
 
+Rows whose loss can have no gradient may be left out (`trains`, the actor's zero-advantage rows, see
+`PPOActor.zero_advantage_rows_add_nothing`): each mini-batch is counted whole first, so the normaliser is the one
+of all its rows, and only the rows that train run their forward and backward. The gradient is the same (up to
+the order of float sums); the update is faster by the share of rows left out (metric skipped_row_frac).
+
 Metrics are data-parallel-invariant too: a role's loss function reports its micro-batch's loss *shares*
 (summed over micro-batches and ranks, they give the mini-batch loss) and its micro-batch token means weighted
 by the micro-batch's valid tokens (`metric_entries`), and maxima (`max_entry`); `reduce_metrics` turns them into
@@ -25,7 +30,8 @@ import torch
 import torch.distributed as dist
 
 from verl_like.algorithms import LossNormalizer
-from verl_like.engine.base import LossFn, TrainEngine
+from verl_like.engine.base import LOSS_COUNTS_KEY, LossFn, TrainEngine
+from verl_like.engine.micro_batches import global_counts
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 
@@ -120,6 +126,7 @@ def run_ppo_update(
     temperature: float = 1.0,
     calculate_entropy: bool = False,
     lr_scale: float = 1.0,
+    trains: Callable[[DataProto], torch.Tensor] | None = None,
 ) -> dict[str, list[float]]:
     """Runs `settings.ppo_epochs` passes over `batch` (this rank's rows), one optimizer step per mini-batch.
 
@@ -129,6 +136,8 @@ def run_ppo_update(
     contract; its metrics come from `metric_entries`). Returns, per metric name, one value per mini-batch step
     (same on every rank), plus "grad_norm" and "lr" (the learning rate each step used: the scheduled one times
     `lr_scale`, which the asynchronous driver lowers for stale batches, see AsyncTrainingConfig).
+    `trains(rows)`: a bool per row, False where the row's loss has no gradient whatever the weights; those rows
+    run no forward or backward (`rows_that_train`) and "skipped_row_frac" reports their share.
     """
     mini_batch_size = settings.mini_batch_size_per_rank(engine.dp_size, rollout_n)
     check_rows(batch, settings, mini_batch_size)
@@ -143,16 +152,46 @@ def run_ppo_update(
         )
         for start in range(0, len(batch), mini_batch_size):
             mini_batch = batch[order[start : start + mini_batch_size]]
+            skipped = None
+            if trains is not None:
+                mini_batch, skipped = rows_that_train(mini_batch, trains(mini_batch), engine.dp_group)
             result = engine.forward_backward(
                 mini_batch, loss_fn, temperature=temperature, calculate_entropy=calculate_entropy
             )
             metrics = reduce_metrics(result.metrics, engine.dp_group)
             metrics["lr"] = engine.current_lr * lr_scale
             metrics["grad_norm"] = engine.optimizer_step(lr_scale=lr_scale)
+            if skipped is not None:
+                metrics["skipped_row_frac"] = skipped
             for name, value in metrics.items():
                 history[name].append(value)
     logger.debug("%s: %d optimizer steps from step %d", settings.PREFIX, engine.global_step - first_step, first_step)
     return dict(history)
+
+
+def rows_that_train(mini_batch: DataProto, trains: torch.Tensor,
+                    group: dist.ProcessGroup | None) -> tuple[DataProto, float]:
+    """`mini_batch` (this rank's rows) narrowed to the rows `trains` marks, with the token and sequence counts of
+    the whole mini-batch over the ranks of `group` in its meta_info (LOSS_COUNTS_KEY, what the loss normalises
+    by), and the share of the mini-batch's rows over all ranks that run no forward or backward. Collectives.
+
+    Every rank keeps the same number of rows, the most any rank marks (at least one): a rank that marks fewer
+    fills up with unmarked rows in order, which only add zeros to the gradient, so the ranks' micro-batches stay
+    as even as before.
+    """
+    if trains.shape != (len(mini_batch),) or trains.dtype != torch.bool:
+        raise ValueError(f"trains must be a bool per row ({len(mini_batch)},), got {trains.dtype} {tuple(trains.shape)}")
+    counts = global_counts(mini_batch.batch, group)
+    marked = torch.nonzero(trains).flatten().tolist()
+    kept = torch.tensor([max(len(marked), 1)], dtype=torch.long)
+    if dist.is_initialized():
+        dist.all_reduce(kept, op=dist.ReduceOp.MAX, group=group)
+    keep = int(kept)  # every rank holds len(mini_batch) rows of the mini-batch
+    fillers = [row for row in range(len(mini_batch)) if not trains[row]][: keep - len(marked)]
+    rows = sorted(marked + fillers)
+    subset = mini_batch[rows]
+    narrowed = DataProto(subset.batch, subset.non_tensor_batch, {**mini_batch.meta_info, LOSS_COUNTS_KEY: counts})
+    return narrowed, 1.0 - keep / len(mini_batch)
 
 
 def normalized_loss_fn(

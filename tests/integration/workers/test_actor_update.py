@@ -354,6 +354,57 @@ def test_first_mini_batch_gradient_equals_a_float64_reference(host, batch, model
     assert torch.equal(dp[0]["first_grads"]["lm_head.weight"], dp[1]["first_grads"]["lm_head.weight"])
 
 
+def _with_zero_advantages(batch: DataProto, rows: list[int]) -> DataProto:
+    advantages = batch.batch["advantages"].clone()
+    advantages[rows] = 0.0
+    tensors = {key: batch.batch[key] for key in batch.batch.keys() if key != "advantages"}
+    return DataProto.from_dict(tensors={**tensors, "advantages": advantages}, meta_info=batch.meta_info)
+
+
+def test_rows_with_zero_advantage_run_no_forward_and_the_update_is_the_same(host, batch, model_dir):
+    """skip_zero_advantage_rows (no entropy bonus, no KL loss): rows whose advantage is 0 everywhere are left out
+    of the forward and backward, but the loss still divides by all the mini-batch's tokens, so the gradient is
+    the float64 one of the whole mini-batch and the weights are those of the update that trains every row, on 2
+    ranks and in one process. Rank 0 marks 1 row and rank 1 three: rank 0 fills up with 2 unmarked rows."""
+    zeroed = _with_zero_advantages(batch, [1, 2, 3, 6])
+    config = _config(ppo_mini_batch_size=4, entropy_coeff=0.0, use_kl_loss=False, kl_loss_coef=0.0,
+                     ppo_micro_batch_size_per_gpu=None, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=12,
+                     use_remove_padding=True)
+    every_row = dataclasses.replace(config, skip_zero_advantage_rows=False)
+    dp, solo = _run_both(host, zeroed, config, rollout_n=2)
+    full = host.update(zeroed, every_row, 2, solo=False)
+    assert dp[0]["metrics"][0]["actor/skipped_row_frac"] == 0.25  # 3 of each rank's 4 rows train
+    assert solo[0]["metrics"][0]["actor/skipped_row_frac"] == 0.5  # one process trains rows 0, 4, 5, 7
+    assert "actor/skipped_row_frac" not in full[0]["metrics"][0]
+    for name in ("actor/pg_loss", "actor/grad_norm"):
+        for got in (dp[0]["metrics"][0][name], solo[0]["metrics"][0][name]):
+            assert got == pytest.approx(full[0]["metrics"][0][name], rel=1e-5, abs=1e-7), name
+    for name, expected in full[0]["weights"].items():
+        torch.testing.assert_close(dp[0]["weights"][name], expected, atol=2e-6, rtol=0, msg=name)
+        torch.testing.assert_close(solo[0]["weights"][name], expected, atol=2e-6, rtol=0, msg=name)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64, attn_implementation="eager")
+    _float64_ppo_loss(model, dict(zeroed.batch.items()), list(range(ROWS)), config).backward()
+    norm = math.sqrt(sum(float(p.grad.square().sum()) for p in model.parameters()))
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(dp[0]["first_grads"][name].double(), param.grad, atol=1e-6 * norm, rtol=1e-4,
+                                   msg=name)
+
+    # Every row zero: one row per rank runs (a zero gradient, as the full update's), the same weights.
+    nothing = _with_zero_advantages(batch, list(range(ROWS)))
+    dp = host.update(nothing, config, 2, solo=False)
+    unmoved = host.update(nothing, every_row, 2, solo=False)
+    assert dp[0]["metrics"][0]["actor/skipped_row_frac"] == 0.75
+    assert dp[0]["metrics"][0]["actor/grad_norm"] == unmoved[0]["metrics"][0]["actor/grad_norm"] == 0.0
+    for name, expected in unmoved[0]["weights"].items():
+        torch.testing.assert_close(dp[0]["weights"][name], expected, atol=0, rtol=0, msg=name)
+    assert max(float((full[0]["weights"][name] - tensor).abs().max())  # the first update did move the weights
+               for name, tensor in unmoved[0]["weights"].items()) > 1e-4
+
+    # An entropy bonus gives every row a gradient: nothing is left out.
+    with_entropy = host.update(zeroed, dataclasses.replace(config, entropy_coeff=0.01), 2, solo=False)
+    assert "actor/skipped_row_frac" not in with_entropy[0]["metrics"][0]
+
+
 def test_update_policy_names_what_the_batch_lacks():
     engine = SimpleNamespace(dp_size=2, global_step=0)  # the checks run before the engine is touched
     tensors = _ppo_batch(vocab_size=50, seed=0)
