@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 
 from verl_like.algorithms import LossNormalizer, aggregate_loss
-from verl_like.engine.base import ForwardBackwardResult
+from verl_like.engine.base import LOSS_COUNTS_KEY, ForwardBackwardResult
 from verl_like.protocol import DataProto
-from verl_like.workers.ppo_update import metric_entries, run_ppo_update
+from verl_like.workers.ppo_update import metric_entries, rows_that_train, run_ppo_update
 
 ROWS, LENGTH = 4, 3
 
@@ -94,3 +94,18 @@ def test_engine_counts_give_the_normaliser_of_the_whole_mini_batch():
         LossNormalizer.for_mini_batch(mask, "seq-mean-token-sum-norm", dp_group=None, grad_reduction="sum"))
     with pytest.raises(KeyError, match="global_sequence_count"):
         LossNormalizer.from_engine_counts({"global_token_count": 5}, "token-mean")
+
+
+def test_rows_that_train_keep_the_marked_rows_and_the_whole_mini_batchs_counts(one_rank_group):
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]])
+    meta = {"temperature": 0.7}
+    batch = DataProto.from_dict(tensors={"response_mask": mask, "responses": torch.zeros(ROWS, LENGTH),
+                                         "row": torch.arange(ROWS)}, meta_info=meta)
+    rows, skipped = rows_that_train(batch, torch.tensor([False, True, True, False]), one_rank_group)
+    assert rows.batch["row"].tolist() == [1, 2] and skipped == 0.5
+    assert rows.meta_info == {"temperature": 0.7, LOSS_COUNTS_KEY: (6, 3)}  # 6 tokens, 3 rows with one
+    assert meta == {"temperature": 0.7}  # the mini-batch's own meta_info is untouched
+    none, skipped = rows_that_train(batch, torch.zeros(ROWS, dtype=torch.bool), one_rank_group)
+    assert none.batch["row"].tolist() == [0] and skipped == 0.75  # one row runs: its gradient is zero
+    with pytest.raises(ValueError, match=r"a bool per row \(4,\)"):
+        rows_that_train(batch, torch.tensor([1, 0, 1, 0]), one_rank_group)
