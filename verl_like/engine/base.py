@@ -142,6 +142,12 @@ class TrainEngine(abc.ABC):
         """Learning rate the next optimizer step uses."""
 
     @property
+    def micro_batch_multiple(self) -> int:
+        """The engine splits a batch into a multiple of this many micro-batches (Megatron's interleaved pipeline
+        schedule: its pipeline size), so each rank needs at least this many rows; 1 elsewhere."""
+        return 1
+
+    @property
     def collects_outputs(self) -> bool:
         """Whether this rank returns the results of its data-parallel rank (one rank per DP rank does: with
         model parallelism, the TP/PP peers of a DP rank get the same rows and compute the same results)."""

@@ -43,10 +43,10 @@ def engine_inputs(batch: DataProto, model_kind: str, engine_name: str) -> DataPr
 
 
 def engine_micro_batches(batch: DataProto, micro_batching: MicroBatching, group: dist.ProcessGroup,
-                         row_check: Callable[[TensorDict], None] | None = None) -> list[list[int]]:
+                         row_check: Callable[[TensorDict], None] | None = None, multiple: int = 1) -> list[list[int]]:
     """`plan_micro_batches` as `micro_batching` says (by row count, or by token budget)."""
     return plan_micro_batches(batch.batch, micro_batching.micro_batch_size, micro_batching.max_tokens, group,
-                              row_check)
+                              row_check, multiple)
 
 
 def _local_count(num_rows: int, lengths: list[int], micro_batch_size: int, max_tokens: int | None) -> int:
@@ -61,8 +61,10 @@ def plan_micro_batches(
     max_tokens: int | None,
     group: dist.ProcessGroup | None,
     row_check: Callable[[TensorDict], None] | None = None,
+    multiple: int = 1,
 ) -> list[list[int]]:
-    """Row indices of each micro-batch; the same count on every rank of `group` (a collective).
+    """Row indices of each micro-batch; the same count on every rank of `group` (a collective), rounded up to a
+    multiple of `multiple` (Megatron's interleaved schedule runs whole groups of pipeline-size micro-batches).
 
     `max_tokens` None: consecutive rows, `micro_batch_size` at a time (a rank with fewer rows than others splits
     them into the agreed count, evenly). `max_tokens` set: rows grouped so that each micro-batch holds at most
@@ -90,9 +92,11 @@ def plan_micro_batches(
         raise error
     if failed:
         raise RuntimeError("another data-parallel rank could not plan its micro-batches; its error says why")
+    num_micro_batches = -(-num_micro_batches // multiple) * multiple
     if fewest_rows < num_micro_batches:
+        why = f", a multiple of {multiple} (the pipeline size, for the interleaved schedule)" if multiple > 1 else ""
         raise ValueError(
-            f"a data-parallel rank has {fewest_rows} rows but another needs {num_micro_batches} micro-batches; "
+            f"a data-parallel rank has {fewest_rows} rows but the ranks need {num_micro_batches} micro-batches{why}; "
             f"every rank must hold at least that many rows (raise max_tokens_per_rank / micro_batch_size_per_rank "
             "or send more rows per rank)"
         )

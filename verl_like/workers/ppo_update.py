@@ -154,7 +154,8 @@ def run_ppo_update(
             mini_batch = batch[order[start : start + mini_batch_size]]
             skipped = None
             if trains is not None:
-                mini_batch, skipped = rows_that_train(mini_batch, trains(mini_batch), engine.dp_group)
+                mini_batch, skipped = rows_that_train(mini_batch, trains(mini_batch), engine.dp_group,
+                                                      min_rows=engine.micro_batch_multiple)
             result = engine.forward_backward(
                 mini_batch, loss_fn, temperature=temperature, calculate_entropy=calculate_entropy
             )
@@ -169,21 +170,21 @@ def run_ppo_update(
     return dict(history)
 
 
-def rows_that_train(mini_batch: DataProto, trains: torch.Tensor,
-                    group: dist.ProcessGroup | None) -> tuple[DataProto, float]:
+def rows_that_train(mini_batch: DataProto, trains: torch.Tensor, group: dist.ProcessGroup | None,
+                    min_rows: int = 1) -> tuple[DataProto, float]:
     """`mini_batch` (this rank's rows) narrowed to the rows `trains` marks, with the token and sequence counts of
     the whole mini-batch over the ranks of `group` in its meta_info (LOSS_COUNTS_KEY, what the loss normalises
     by), and the share of the mini-batch's rows over all ranks that run no forward or backward. Collectives.
 
-    Every rank keeps the same number of rows, the most any rank marks (at least one): a rank that marks fewer
-    fills up with unmarked rows in order, which only add zeros to the gradient, so the ranks' micro-batches stay
-    as even as before.
+    Every rank keeps the same number of rows, the most any rank marks (at least `min_rows`, the engine's
+    micro_batch_multiple, or all it has): a rank that marks fewer fills up with unmarked rows in order, which only
+    add zeros to the gradient, so the ranks' micro-batches stay as even as before.
     """
     if trains.shape != (len(mini_batch),) or trains.dtype != torch.bool:
         raise ValueError(f"trains must be a bool per row ({len(mini_batch)},), got {trains.dtype} {tuple(trains.shape)}")
     counts = global_counts(mini_batch.batch, group)
     marked = torch.nonzero(trains).flatten().tolist()
-    kept = torch.tensor([max(len(marked), 1)], dtype=torch.long)
+    kept = torch.tensor([min(max(len(marked), min_rows, 1), len(mini_batch))], dtype=torch.long)
     if dist.is_initialized():
         dist.all_reduce(kept, op=dist.ReduceOp.MAX, group=group)
     keep = int(kept)  # every rank holds len(mini_batch) rows of the mini-batch

@@ -38,6 +38,12 @@ SCENARIOS = {
     ),
     "value_sgd_like": ("value", dict(SGD_LIKE, micro_batch_size_per_rank=2)),
 }
+# The interleaved layout's own: a token budget that holds each rank's rows at once still gives a multiple of the
+# pipeline size of micro-batches (megatron-core refuses fewer).
+VPP_SCENARIOS = {
+    "policy_sgd_like": SCENARIOS["policy_sgd_like"],
+    "policy_one_budget": ("causal_lm", dict(SGD_LIKE, use_dynamic_bsz=True, max_tokens_per_rank=10_000)),
+}
 LOSSES = {"causal_lm": policy_loss, "value": value_loss}
 
 
@@ -264,7 +270,7 @@ def _worker(rank: int, port: int, ctx: dict, out_dir: str) -> None:
     vpp_name, vpp_layout = VPP_LAYOUT
     if only is None or vpp_name in only:
             _run_layout(dict(ctx, model_dir=ctx["deep_model_dir"]), vpp_name, vpp_layout,
-                    {"policy_sgd_like": SCENARIOS["policy_sgd_like"]}, results)
+                    VPP_SCENARIOS, results)
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     dist.destroy_process_group()
 

@@ -9,12 +9,13 @@ import torch
 
 from engine_reference import make_batch, reference_outputs, reference_step
 from engine_scenarios import ADAM_EPS, LR, ROWS
-from megatron_scenarios import LAYOUTS, SCENARIOS, VPP_LAYOUT, WORLD_SIZE
+from megatron_scenarios import LAYOUTS, SCENARIOS, VPP_LAYOUT, VPP_SCENARIOS, WORLD_SIZE
 from verl_like.engine.config import EngineConfig
 from verl_like.engine.model_loading import load_model
 from verl_like.models.tiny import TinyModelSpec, build_tiny_model
 
-CASES = [f"{layout}/{scenario}" for layout in LAYOUTS for scenario in SCENARIOS] + [f"{VPP_LAYOUT[0]}/policy_sgd_like"]
+CASES = [f"{layout}/{scenario}" for layout in LAYOUTS for scenario in SCENARIOS] + [
+    f"{VPP_LAYOUT[0]}/{scenario}" for scenario in VPP_SCENARIOS]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def references(tiny_model_dir, deep_model_dir, vocab_size):
 
 def _reference(case, references, tiny_model_dir, deep_model_dir):
     layout, scenario = case.split("/")
-    kind, fields = SCENARIOS[scenario]
+    kind, fields = {**SCENARIOS, **VPP_SCENARIOS}[scenario]
     model_dir = deep_model_dir if layout == VPP_LAYOUT[0] else tiny_model_dir
     return kind, fields, references(model_dir, kind, fields.get("lr", LR), fields.get("eps", ADAM_EPS),
                                     fields.get("grad_clip", 1.0))
@@ -146,6 +147,11 @@ EXPECTED_SHIMS = {
     "tp2pp2": {"current_device", "cuda_device_arg", "rng_tracker", "synchronize"},
     "pp2vpp2": {"current_device", "cuda_device_arg", "rng_tracker", "synchronize"},
 }
+
+
+def test_the_interleaved_schedule_gets_a_multiple_of_the_pipeline_size(runs):
+    # each rank's 4 rows fit one token budget; megatron-core's interleaved schedule needs 2 micro-batches (PP=2)
+    assert {result["num_micro_batches"] for result in runs(f"{VPP_LAYOUT[0]}/policy_one_budget")} == {2}
 
 
 @pytest.mark.parametrize("layout", list(EXPECTED_SHIMS))

@@ -28,3 +28,21 @@ def test_log_probs_take_the_rollout_keys_and_the_actor_size_where_unset():
 def test_an_empty_micro_batch_is_refused():
     with pytest.raises(ValueError, match="micro_batch_size >= 1"):
         MicroBatching(0)
+
+
+def test_the_micro_batch_count_rounds_up_to_the_engines_multiple():
+    import torch
+    from tensordict import TensorDict
+
+    from verl_like.engine.micro_batches import plan_micro_batches
+
+    lengths = [5, 3, 4, 2, 6]
+    mask = torch.tensor([[1] * n + [0] * (6 - n) for n in lengths])
+    rows = TensorDict({"attention_mask": mask}, batch_size=[5])
+    assert plan_micro_batches(rows, 2, None, None) == [[0, 1], [2, 3], [4]]
+    assert len(plan_micro_batches(rows, 2, None, None, multiple=2)) == 4  # 3 -> 4: pipeline size 2
+    one = plan_micro_batches(rows, 8, 100, None)  # every row fits one budget
+    two = plan_micro_batches(rows, 8, 100, None, multiple=2)
+    assert len(one) == 1 and len(two) == 2 and sorted(i for part in two for i in part) == list(range(5))
+    with pytest.raises(ValueError, match=r"1 rows but the ranks need 2 micro-batches, a multiple of 2 \(the pipeline"):
+        plan_micro_batches(rows[:1], 8, 100, None, multiple=2)

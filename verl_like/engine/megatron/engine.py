@@ -246,8 +246,15 @@ class MegatronEngine(TrainEngine):
     def _model_inputs(self, batch: DataProto) -> DataProto:
         return engine_inputs(batch, self.config.model_kind, "MegatronEngine")  # sequence_classifier refused at build
 
+    @property
+    def micro_batch_multiple(self) -> int:
+        # megatron-core's interleaved schedule refuses a micro-batch count that is not a multiple of the pipeline
+        # size (microbatch_group_size_per_vp_stage, by default the pipeline size)
+        return self.pp if self.vpp else 1
+
     def _micro_batches(self, batch: DataProto, micro_batching: MicroBatching | None = None) -> list[list[int]]:
-        return engine_micro_batches(batch, micro_batching or self.config.micro_batching, self.dp_group)
+        return engine_micro_batches(batch, micro_batching or self.config.micro_batching, self.dp_group,
+                                    multiple=self.micro_batch_multiple)
 
     def _outputs(self, output: torch.Tensor, micro_batch: DataProto, inputs, temperature: float,
                  calculate_entropy: bool) -> dict[str, torch.Tensor]:
