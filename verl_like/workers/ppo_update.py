@@ -155,7 +155,7 @@ def run_ppo_update(
             skipped = None
             if trains is not None:
                 mini_batch, skipped = rows_that_train(mini_batch, trains(mini_batch), engine.dp_group,
-                                                      min_rows=engine.micro_batch_multiple)
+                                                      row_multiple=engine.micro_batch_multiple)
             result = engine.forward_backward(
                 mini_batch, loss_fn, temperature=temperature, calculate_entropy=calculate_entropy
             )
@@ -171,23 +171,24 @@ def run_ppo_update(
 
 
 def rows_that_train(mini_batch: DataProto, trains: torch.Tensor, group: dist.ProcessGroup | None,
-                    min_rows: int = 1) -> tuple[DataProto, float]:
+                    row_multiple: int = 1) -> tuple[DataProto, float]:
     """`mini_batch` (this rank's rows) narrowed to the rows `trains` marks, with the token and sequence counts of
     the whole mini-batch over the ranks of `group` in its meta_info (LOSS_COUNTS_KEY, what the loss normalises
     by), and the share of the mini-batch's rows over all ranks that run no forward or backward. Collectives.
 
-    Every rank keeps the same number of rows, the most any rank marks (at least `min_rows`, the engine's
-    micro_batch_multiple, or all it has): a rank that marks fewer fills up with unmarked rows in order, which only
-    add zeros to the gradient, so the ranks' micro-batches stay as even as before.
+    Every rank keeps the same number of rows: the most any rank marks (at least one), rounded up to a multiple of
+    `row_multiple` (the engine's micro_batch_multiple, so that its micro-batch count can be one) or to all the rows
+    it has. A rank that marks fewer fills up with unmarked rows in order, which only add zeros to the gradient, so
+    the ranks' micro-batches stay as even as before.
     """
     if trains.shape != (len(mini_batch),) or trains.dtype != torch.bool:
         raise ValueError(f"trains must be a bool per row ({len(mini_batch)},), got {trains.dtype} {tuple(trains.shape)}")
     counts = global_counts(mini_batch.batch, group)
     marked = torch.nonzero(trains).flatten().tolist()
-    kept = torch.tensor([min(max(len(marked), min_rows, 1), len(mini_batch))], dtype=torch.long)
+    kept = torch.tensor([max(len(marked), 1)], dtype=torch.long)
     if dist.is_initialized():
         dist.all_reduce(kept, op=dist.ReduceOp.MAX, group=group)
-    keep = int(kept)  # every rank holds len(mini_batch) rows of the mini-batch
+    keep = min(-(-int(kept) // row_multiple) * row_multiple, len(mini_batch))  # the same len on every rank
     fillers = [row for row in range(len(mini_batch)) if not trains[row]][: keep - len(marked)]
     rows = sorted(marked + fillers)
     subset = mini_batch[rows]

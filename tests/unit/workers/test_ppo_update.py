@@ -107,5 +107,9 @@ def test_rows_that_train_keep_the_marked_rows_and_the_whole_mini_batchs_counts(o
     assert meta == {"temperature": 0.7}  # the mini-batch's own meta_info is untouched
     none, skipped = rows_that_train(batch, torch.zeros(ROWS, dtype=torch.bool), one_rank_group)
     assert none.batch["row"].tolist() == [0] and skipped == 0.75  # one row runs: its gradient is zero
+    three, skipped = rows_that_train(batch, torch.tensor([True, True, False, True]), one_rank_group, row_multiple=2)
+    assert three.batch["row"].tolist() == [0, 1, 2, 3] and skipped == 0.0  # 3 rounded up to a multiple of 2
+    one, _ = rows_that_train(batch, torch.tensor([False, False, True, False]), one_rank_group, row_multiple=2)
+    assert one.batch["row"].tolist() == [0, 2]
     with pytest.raises(ValueError, match=r"a bool per row \(4,\)"):
         rows_that_train(batch, torch.tensor([1, 0, 1, 0]), one_rank_group)
