@@ -96,7 +96,7 @@ def plan_micro_batches(
     if fewest_rows < num_micro_batches:
         why = f", a multiple of {multiple} (the pipeline size, for the interleaved schedule)" if multiple > 1 else ""
         raise ValueError(
-            f"a data-parallel rank has {fewest_rows} rows but the ranks need {num_micro_batches} micro-batches{why}; "
+            f"a data-parallel rank has {fewest_rows} rows but another needs {num_micro_batches} micro-batches{why}; "
             f"every rank must hold at least that many rows (raise max_tokens_per_rank / micro_batch_size_per_rank "
             "or send more rows per rank)"
         )

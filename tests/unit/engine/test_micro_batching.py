@@ -44,5 +44,5 @@ def test_the_micro_batch_count_rounds_up_to_the_engines_multiple():
     one = plan_micro_batches(rows, 8, 100, None)  # every row fits one budget
     two = plan_micro_batches(rows, 8, 100, None, multiple=2)
     assert len(one) == 1 and len(two) == 2 and sorted(i for part in two for i in part) == list(range(5))
-    with pytest.raises(ValueError, match=r"1 rows but the ranks need 2 micro-batches, a multiple of 2 \(the pipeline"):
+    with pytest.raises(ValueError, match=r"1 rows but another needs 2 micro-batches, a multiple of 2 \(the pipeline"):
         plan_micro_batches(rows[:1], 8, 100, None, multiple=2)
