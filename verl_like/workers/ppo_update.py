@@ -189,7 +189,7 @@ def rows_that_train(mini_batch: DataProto, trains: torch.Tensor, group: dist.Pro
     if dist.is_initialized():
         dist.all_reduce(kept, op=dist.ReduceOp.MAX, group=group)
     keep = min(-(-int(kept) // row_multiple) * row_multiple, len(mini_batch))  # the same len on every rank
-    fillers = [row for row in range(len(mini_batch)) if not trains[row]][: keep - len(marked)]
+    fillers = torch.nonzero(~trains).flatten().tolist()[: keep - len(marked)]
     rows = sorted(marked + fillers)
     subset = mini_batch[rows]
     narrowed = DataProto(subset.batch, subset.non_tensor_batch, {**mini_batch.meta_info, LOSS_COUNTS_KEY: counts})
