@@ -218,6 +218,8 @@ def overrides(args: argparse.Namespace, model_dir: Path, data: Path, run_dir: Pa
 
 
 def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dict:
+    from verl_like.trainer.run_summary import MEMORY_KEYS
+
     steps = [r for r in records if "timing_s/step" in r]
     measured = steps[1:] or steps  # step 1 pays for first-use costs (CUDA graphs, allocator growth, ...)
     tokens = args.prompts * args.n * (args.prompt_len + args.response_len)
@@ -264,6 +266,10 @@ def summarize(records: list[dict], args: argparse.Namespace, shape: dict) -> dic
         "logprob_diff_max": median("rollout/logprob_diff_max") if "rollout/logprob_diff_max" in measured[0] else None,
         "overlap_fraction": median("async/overlap_fraction") if "async/overlap_fraction" in measured[0] else None,
         "skipped_row_frac": skipped,
+        # the trainer process's own share of peak_memory_gib (torch's allocator, the largest worker, every step):
+        # with a server on the trainer's GPU the rest of nvidia-smi's peak is the server's and the CUDA contexts'
+        "trainer_memory_gib": {key.rpartition("/")[2]: max(r[key] for r in steps)
+                               for key in MEMORY_KEYS if key in steps[0]},
         "steps_measured": len(measured),
         "per_step_s": [r["timing_s/step"] for r in steps],
     }

@@ -60,4 +60,6 @@ def test_main_ppo_runs_on_gpus(gpus, tp, tmp_path, verl_like_cache):
                                        "timing_s/sync_weights", "rollout/logprob_diff_mean",
                                        "weight_sync/wall_s", "val/score/mean") if k in last))
     assert last["weight_sync/model_bytes"] > 0 and last["actor/grad_norm"] > 0
+    # torch's allocator peaks on the worker's GPU since its previous update: a model's weights at least
+    assert 0 < last["perf/max_memory_allocated_gb"] <= last["perf/max_memory_reserved_gb"], last
     assert last["rollout/logprob_diff_mean"] < 2e-2

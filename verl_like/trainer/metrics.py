@@ -101,8 +101,15 @@ def mfu_metrics(
     return metrics
 
 
+def _largest_over_workers(key: str) -> bool:
+    """Memory metrics (perf/max_memory_allocated_gb, perf/critic/cpu_memory_used_gb, ...) report the worker that
+    needed the most, not the mean, since the largest is what has to fit."""
+    return key.startswith("perf/") and "memory" in key
+
+
 def mean_metrics(result: Any) -> dict[str, float]:
-    """Per-worker metric lists (from DataProto.concat or a list of dicts) averaged into scalars."""
+    """Per-worker metric lists (from DataProto.concat or a list of dicts) averaged into scalars; memory metrics
+    take the largest worker's value instead."""
     if isinstance(result, DataProto):
         raw = result.meta_info.get("metrics", {})
     elif isinstance(result, (list, tuple)):
@@ -117,7 +124,7 @@ def mean_metrics(result: Any) -> dict[str, float]:
         values = value if isinstance(value, list) else [value]
         numbers = [float(v) for v in values if isinstance(v, (int, float)) or hasattr(v, "item")]
         if numbers:
-            out[key] = float(np.mean(numbers))
+            out[key] = float(max(numbers) if _largest_over_workers(key) else np.mean(numbers))
     return out
 
 

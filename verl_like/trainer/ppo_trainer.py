@@ -520,6 +520,7 @@ class PPOTrainer:
                     self.tracking.log(metrics, step=self.global_step)
                     progress.update(self.global_step, metrics)
                     record.note_validation(self.global_step, metrics)
+                    record.note_memory(metrics)
                     record.last_step = self.global_step
                     last = metrics
                 if stops.requested is not None and self.global_step < total:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 VAL_KEY = "val/score/mean"
+# The actor's workers' memory per step (utils/device.peak_memory_metrics), in the summary's order
+MEMORY_KEYS = ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb")
 
 
 @dataclass
@@ -18,10 +20,16 @@ class RunRecord:
     last_step: int = 0
     val_scores: list[tuple[int, float]] = field(default_factory=list)
     seconds: float = 0.0
+    peak_memory_gb: dict[str, float] = field(default_factory=dict)  # MEMORY_KEYS: the largest any step logged
 
     def note_validation(self, step: int, metrics: dict[str, float]) -> None:
         if VAL_KEY in metrics:
             self.val_scores.append((step, float(metrics[VAL_KEY])))
+
+    def note_memory(self, metrics: dict[str, float]) -> None:
+        for key in MEMORY_KEYS:
+            if isinstance(metrics.get(key), (int, float)):
+                self.peak_memory_gb[key] = max(self.peak_memory_gb.get(key, 0.0), float(metrics[key]))
 
 
 def _duration(seconds: float) -> str:
@@ -42,6 +50,14 @@ def format_summary(record: RunRecord, run_dir: Path, loggers: tuple[str, ...], s
         lines.append(f"held-out reward ({VAL_KEY}): {value:.3f} at step {step} (validated once)")
     else:
         lines.append("held-out reward: not measured (trainer.test_freq / trainer.val_before_train / data.val_files)")
+    allocated, reserved, host = (record.peak_memory_gb.get(key) for key in MEMORY_KEYS)
+    parts = []
+    if allocated is not None and reserved is not None:
+        parts.append(f"device {allocated:.1f} GiB allocated, {reserved:.1f} GiB reserved (torch's allocator)")
+    if host is not None:
+        parts.append(f"host {host:.1f} GiB resident")
+    if parts:
+        lines.append("peak memory of an actor worker: " + "; ".join(parts))
     if "jsonl" in loggers:
         lines.append(f"metrics: {run_dir / 'metrics.jsonl'}")
     if "tensorboard" in loggers:

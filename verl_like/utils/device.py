@@ -73,3 +73,29 @@ def node_ip_address() -> str:
     except ImportError:
         pass
     return "127.0.0.1"
+
+
+_GIB = 1024 ** 3
+
+
+def peak_memory_metrics(prefix: str = "perf") -> dict[str, float]:
+    """This process's memory since the previous call, in GiB (verl's key names, `_gb` meaning 2^30 bytes).
+
+    On CUDA `{prefix}/max_memory_allocated_gb` and `{prefix}/max_memory_reserved_gb`: the peaks of torch's caching
+    allocator on this process's device (tensors, and what the allocator kept reserved), which are then reset so the
+    next call reports its own interval. Memory outside that allocator (the CUDA context, NCCL buffers, another
+    process such as a vLLM server) is not in them; nvidia-smi shows the device's total. On any device
+    `{prefix}/cpu_memory_used_gb`: the process's resident host memory now (Linux; left out elsewhere).
+    """
+    metrics: dict[str, float] = {}
+    if is_cuda_available():
+        metrics[f"{prefix}/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / _GIB
+        metrics[f"{prefix}/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / _GIB
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            resident_pages = int(statm.read().split()[1])
+        metrics[f"{prefix}/cpu_memory_used_gb"] = resident_pages * os.sysconf("SC_PAGE_SIZE") / _GIB
+    except (OSError, ValueError, IndexError):
+        pass
+    return metrics

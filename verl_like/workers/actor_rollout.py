@@ -66,6 +66,7 @@ from verl_like.resharding.transports.factory import ServerLink, build_transport,
 from verl_like.rollout.base import RolloutEngine
 from verl_like.rollout.backends import EngineBuild, build_rollout_engine
 from verl_like.single_controller import Dispatch, Worker, register
+from verl_like.utils.device import peak_memory_metrics
 from verl_like.workers.actor import PPOActor, gap_metrics, rollout_gaps
 from verl_like.workers.colocated_rollout import ColocatedRolloutComponent, ServerRolloutLink
 from verl_like.workers.ppo_update import metric_entries, reduce_metrics
@@ -359,14 +360,16 @@ class ActorRolloutWorker(Worker):
 
     @register(dispatch=Dispatch.DP_MESH, mesh="actor")
     def update_actor(self, data: DataProto) -> DataProto:
-        """PPO epochs on this rank's rows (PPOActor.update_policy); a rowless DataProto with meta_info["metrics"].
+        """PPO epochs on this rank's rows (PPOActor.update_policy); a rowless DataProto with meta_info["metrics"]:
+        the update's, and this process's memory since its previous update (perf/max_memory_allocated_gb,
+        perf/max_memory_reserved_gb on CUDA, perf/cpu_memory_used_gb; utils/device.peak_memory_metrics).
 
         The rollout engine keeps the old weights until `sync_weights`; generating before it raises.
         """
         actor = self._require(self.actor, "update_actor")
         with self._onloaded(actor.engine):
             metrics = actor.update_policy(data, self._train_request(data))
-        return DataProto(meta_info={"metrics": metrics})
+        return DataProto(meta_info={"metrics": {**metrics, **peak_memory_metrics()}})
 
     @register(dispatch=Dispatch.DP_MESH, mesh="actor")
     def update_actor_dpo(self, data: DataProto) -> DataProto:
@@ -377,7 +380,7 @@ class ActorRolloutWorker(Worker):
         actor = self._require(self.actor, "update_actor_dpo")
         with self._onloaded(actor.engine):
             metrics = update_policy_dpo(actor, data, data.meta_info["online_dpo"])
-        return DataProto(meta_info={"metrics": metrics})
+        return DataProto(meta_info={"metrics": {**metrics, **peak_memory_metrics()}})
 
     @register(dispatch=Dispatch.DP_MESH, mesh="actor")
     def update_actor_distill(self, data: DataProto) -> DataProto:
@@ -388,7 +391,7 @@ class ActorRolloutWorker(Worker):
         actor = self._require(self.actor, "update_actor_distill")
         with self._onloaded(actor.engine):
             metrics = update_policy_distill(actor, data, data.meta_info["distillation"], self._train_request(data))
-        return DataProto(meta_info={"metrics": metrics})
+        return DataProto(meta_info={"metrics": {**metrics, **peak_memory_metrics()}})
 
     @register(dispatch=Dispatch.ONE_TO_ALL)
     def sync_weights(self) -> dict[str, float]:

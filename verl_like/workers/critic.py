@@ -31,6 +31,7 @@ from verl_like.engine.from_config import critic_engine_config
 from verl_like.engine.model_outputs import response_mask_of
 from verl_like.protocol import DataProto
 from verl_like.single_controller import Dispatch, Worker, register
+from verl_like.utils.device import peak_memory_metrics
 from verl_like.workers.ppo_update import mean_metrics, metric_entries, run_ppo_update
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,8 @@ class CriticWorker(Worker):
 
         The batch needs the model inputs, "values" (the critic's at rollout time) and "returns" (targets), and
         optionally "response_mask". Metrics (means over the update's optimizer steps of mini-batch-wide values):
-        critic/vf_loss, critic/vf_clipfrac, critic/vpred_mean, critic/grad_norm, critic/lr.
+        critic/vf_loss, critic/vf_clipfrac, critic/vpred_mean, critic/grad_norm, critic/lr; and this rank's memory
+        since its previous update, perf/critic/max_memory_allocated_gb and the like (utils/device.peak_memory_metrics).
         """
         missing = [key for key in _UPDATE_KEYS if key not in data.batch.keys()]
         if missing:
@@ -119,7 +121,7 @@ class CriticWorker(Worker):
         rows = data.select(batch_keys=keys, non_tensor_keys=[], meta_keys=[])
         with self._onloaded("update_critic") as engine:
             history = run_ppo_update(engine, rows, self.config, self._make_loss_fn, rollout_n=self.rollout_n)
-        return DataProto(meta_info={"metrics": mean_metrics(history, "critic")})
+        return DataProto(meta_info={"metrics": {**mean_metrics(history, "critic"), **peak_memory_metrics("perf/critic")}})
 
     def _make_loss_fn(self, normalizer: LossNormalizer) -> LossFn:
         cliprange_value = self.config.cliprange_value

@@ -218,6 +218,10 @@ def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
     assert f"held-out reward (val/score/mean): {val[0]:.3f} at step 0 -> {val[10]:.3f} at step 10" in summary
     assert f"TensorBoard: tensorboard --logdir {tmp_path}/tensorboard" in summary
     assert f"report: python -m verl_like.report {tmp_path}" in summary and "checkpoints: none saved" in summary
+    # Each step logs the actor workers' memory (the largest worker); on CPU only the host's, which the summary gives.
+    host = [r["perf/cpu_memory_used_gb"] for r in trained]
+    assert all(0.1 < gib < 24 for gib in host) and not any("perf/max_memory_allocated_gb" in r for r in trained), host
+    assert f"peak memory of an actor worker: host {max(host):.1f} GiB resident" in summary
     # vLLM's, torch's and Ray's start-up notices stay below the default trainer.log_level (issue #31).
     for notice in ("LD_PRELOAD", "Triton", "NUMA binding", "FutureWarning", "Token authentication",
                    "Set ray log level", "global random seed"):

@@ -27,6 +27,9 @@ def test_step_bench_smoke_reports_every_phase(tmp_path, verl_like_cache):
     assert 0 < sum(report["share"].values()) <= 1.0
     assert report["weight_sync_gb"] > 0 and report["launch_to_first_rollout_s"] > 0
     assert report["logprob_diff_mean"] < 1e-3  # fp32 rollout vs fp32 actor on the same tokens
+    # the trainer's own memory beside nvidia-smi's device peak: on CPU its workers' resident host memory only
+    assert list(report["trainer_memory_gib"]) == ["cpu_memory_used_gb"]
+    assert 0.1 < report["trainer_memory_gib"]["cpu_memory_used_gb"] < 24
     # No budget or fused-kernel flag: the defaults, which on CPU keep the configured (fallback) budgets unsized and
     # the Triton kernels off (#30 goal 2).
     assert report["max_tokens_per_gpu"] is None and report["use_fused_kernels"] is False

@@ -96,9 +96,11 @@ def test_values_and_update_on_two_ranks_equal_one_process(critics, inputs, tmp_p
     metrics_one = one.update_critic(batch[[0, 1, 4, 5, 2, 3, 6, 7]]).meta_info["metrics"]
     assert metrics_two.keys() == metrics_one.keys() == {
         "critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr",
+        "perf/critic/cpu_memory_used_gb",  # each process's own, not compared
     }
     for name, (value,) in metrics_one.items():
-        assert metrics_two[name] == pytest.approx([value, value], rel=1e-5, abs=1e-7), name
+        if name.startswith("critic/"):
+            assert metrics_two[name] == pytest.approx([value, value], rel=1e-5, abs=1e-7), name
     assert 0 < metrics_one["critic/vf_clipfrac"][0] < 1
     after_two, after_one = two.compute_values(inputs), one.compute_values(inputs)
     torch.testing.assert_close(after_two.batch["values"], after_one.batch["values"], atol=2e-6, rtol=0)
@@ -110,7 +112,8 @@ def test_values_and_update_on_two_ranks_equal_one_process(critics, inputs, tmp_p
     values_first = two.compute_values(inputs).batch["values"]
     two.load_checkpoint(str(tmp_path / "critic_ckpt"))
     second = two.update_critic(batch).meta_info["metrics"]
-    assert second == first
+    critic_keys = [key for key in first if key.startswith("critic/")]
+    assert [second[key] for key in critic_keys] == [first[key] for key in critic_keys]
     assert torch.equal(two.compute_values(inputs).batch["values"], values_first)
 
 

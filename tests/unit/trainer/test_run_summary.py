@@ -25,3 +25,22 @@ def test_summary_of_a_run_without_validation_or_checkpoints_says_so():
     assert "2 step(s) (step 3 -> 5) in 7 s" in text
     assert "held-out reward: not measured" in text and "checkpoints: none saved (trainer.save_freq=-1)" in text
     assert "report:" not in text  # the report reads metrics.jsonl, which the console logger does not write
+
+
+def test_summary_gives_the_largest_memory_any_step_logged():
+    record = RunRecord(first_step=0, last_step=2, seconds=3)
+    record.note_memory({"perf/max_memory_allocated_gb": 10.25, "perf/max_memory_reserved_gb": 12.0,
+                        "perf/cpu_memory_used_gb": 3.0})
+    record.note_memory({"perf/max_memory_allocated_gb": 9.0, "perf/max_memory_reserved_gb": 13.5,
+                        "perf/cpu_memory_used_gb": 2.5, "actor/pg_loss": 100.0})
+    text = format_summary(record, Path("/r"), ("console",), save_freq=-1)
+    assert ("peak memory of an actor worker: device 10.2 GiB allocated, 13.5 GiB reserved (torch's allocator); "
+            "host 3.0 GiB resident") in text
+
+
+def test_summary_on_cpu_gives_host_memory_only_and_nothing_without_memory_metrics():
+    record = RunRecord(first_step=0, last_step=1, seconds=1)
+    assert "peak memory" not in format_summary(record, Path("/r"), ("console",), save_freq=-1)
+    record.note_memory({"perf/cpu_memory_used_gb": 1.5})
+    assert "peak memory of an actor worker: host 1.5 GiB resident" in format_summary(
+        record, Path("/r"), ("console",), save_freq=-1)

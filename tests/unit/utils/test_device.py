@@ -37,3 +37,22 @@ def test_ray_resource_names():
     assert device.ray_resource_name("cuda") == "GPU" and device.ray_resource_name("cpu") == "CPU"
     with pytest.raises(ValueError, match="device='tpu' is not supported"):
         device.ray_resource_name("tpu")
+
+
+def test_host_memory_metric_sees_a_quarter_gib_the_process_touches():
+    before = device.peak_memory_metrics()["perf/cpu_memory_used_gb"]
+    block = torch.ones(64 * 1024 * 1024)  # 256 MiB of float32, every page written
+    after = device.peak_memory_metrics("perf/critic")["perf/critic/cpu_memory_used_gb"]
+    assert after - before > 0.2, (before, after)
+    del block
+
+
+def test_cuda_memory_metrics_report_the_allocators_peaks_and_reset_them(monkeypatch):
+    resets = []
+    monkeypatch.setattr(device, "is_cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 3 * 1024 ** 3)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 4.5 * 1024 ** 3)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: resets.append(1))
+    metrics = device.peak_memory_metrics()
+    assert metrics["perf/max_memory_allocated_gb"] == 3.0 and metrics["perf/max_memory_reserved_gb"] == 4.5
+    assert resets == [1]  # the next call reports its own interval
