@@ -23,6 +23,9 @@ Where TRL's step differs from ours (its defaults, kept so that this measures TRL
   awake through the update where ours puts it to sleep (`--vllm-sleep`: TRL's `vllm_enable_sleep_mode`, level 2);
   weights go to vLLM one parameter at a time through `load_weights`.
 - Loss: TRL's default `loss_type` and advantage scaling; the loss shape does not change the step's cost.
+- Layer kernels: transformers' own by default; `--liger` turns on TRL's `use_liger_kernel` (Liger's RMSNorm,
+  SwiGLU and RoPE kernels; TRL keeps its chunked LM head), the nearest TRL 1.16 has to our fused layers without the
+  model hub its `use_kernels` route needs.
 
 Reported: per-step wall time (median over steps 2..N; step k ends at the trainer's k-th on_step_end, step 1 starts at
 its on_step_begin), completion tokens/s = prompts x n x response_len / step_s, and TRL's own profiling timers
@@ -150,6 +153,8 @@ def grpo_config(args: argparse.Namespace, run_dir: Path, device: str):
         vllm_gpu_memory_utilization=args.gpu_memory_utilization,
         vllm_max_model_length=args.prompt_len + args.response_len,
         vllm_enable_sleep_mode=args.vllm_sleep,
+        # Liger's Triton layer kernels (RMSNorm, SwiGLU, RoPE); TRL keeps its own fused LM head beside them
+        use_liger_kernel=args.liger,
         # Every completion runs to the full length: vLLM ignores EOS; transformers' generate is held to a minimum.
         generation_kwargs={"ignore_eos": True} if use_vllm else {"min_new_tokens": args.response_len},
         temperature=1.0,
@@ -207,10 +212,15 @@ def main() -> None:
                         help="TRL's vllm_importance_sampling_correction off (no separate old-log-prob forward)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="vLLM's share of the GPU")
     parser.add_argument("--vllm-sleep", action="store_true", help="TRL's vllm_enable_sleep_mode (off by default)")
+    parser.add_argument("--liger", action="store_true",
+                        help="use_liger_kernel: Liger's layer kernels in the policy (CUDA; needs liger-kernel, "
+                             "which bench/fetch_wheels.sh puts in .whl/trl)")
     parser.add_argument("--workdir", default=None, help="models and data (shared with step_throughput.py)")
     parser.add_argument("--out", default=None, help="also write the RESULT json here")
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU, transformers' generate, 2 steps")
     args = parser.parse_args()
+    if args.smoke and args.liger:
+        parser.error("--liger needs CUDA (Liger's kernels are Triton), --smoke runs on the CPU")
     if args.smoke:
         args.model, args.prompts, args.n, args.prompt_len, args.response_len = "tiny", 2, 2, 16, 8
         args.steps, args.per_device_batch = 2, 2
@@ -259,6 +269,7 @@ def main() -> None:
         "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
         "use_vllm": trainer.args.use_vllm, "vllm_mode": trainer.args.vllm_mode, "enforce_eager": False,
         "vllm_sleep": args.vllm_sleep, "gpu_memory_utilization": args.gpu_memory_utilization,
+        "use_liger_kernel": trainer.args.use_liger_kernel,
         "master_dtype": str(next(trainer.model.parameters()).dtype), "bf16_autocast": trainer.args.bf16,
         "model_dtype": args.model_dtype, "steps_per_generation": trainer.args.steps_per_generation,
         "vllm_importance_sampling_correction": trainer.args.vllm_importance_sampling_correction,

@@ -29,4 +29,4 @@ def test_trl_bench_smoke_reports_full_length_steps_and_trl_timers(tmp_path):
     assert report["completion_length_min"] == report["completion_length_max"] == report["response_len"]
     assert report["gradient_accumulation_steps"] * report["per_device_batch"] == report["prompts"] * report["n"]
     assert report["trl_timers_s"]["transformers.generate"] > 0
-    assert report["versions"]["trl"]
+    assert report["versions"]["trl"] and report["use_liger_kernel"] is False
