@@ -14,7 +14,8 @@ Two parts:
 The same level also keeps the start-up notices of a CPU run off the console (STARTUP_NOTICES: vLLM's CPU build
 asking for libtcmalloc/libiomp in LD_PRELOAD and for triton-cpu, the V1 model runner chosen, eager mode and the
 in-process engine's seed notice, torch's "Triton not available"; a FutureWarning vLLM's import triggers in torch;
-the C++ NUMA-binding notice, through TORCH_CPP_LOG_LEVEL=ERROR) and Ray's token-auth and backend-level notices
+the C++ NUMA-binding notice, through TORCH_CPP_LOG_LEVEL=ERROR; transformers' weight-loading progress bars, through
+HF_HUB_DISABLE_PROGRESS_BARS=1) and Ray's token-auth and backend-level notices
 (`log_level_env`; the driver installs the filters too). Each says nothing is wrong with the run; `trainer.log_level=INFO`
 shows them all again.
 """
@@ -75,6 +76,10 @@ def log_level_env(level: str) -> dict[str, str]:
     """Environment for the workers: vLLM's level, torch's C++ level, the level the filters read, and Ray's backend
     level when it is not the default (setting it makes every Ray process print that it was set)."""
     env = {"VLLM_LOGGING_LEVEL": level, LEVEL_ENV: level, "TORCH_CPP_LOG_LEVEL": "ERROR" if _quiet(level) else level}
+    if _quiet(level):
+        # transformers' "Loading weights" bar in each worker: Ray forwards a bar's carriage-return updates only when
+        # a newline follows, so the bar's first frame used to surface after the run's summary, at the workers' exit
+        env["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     if level.upper() != "WARNING":
         env["RAY_BACKEND_LOG_LEVEL"] = level.lower()
     return env

@@ -43,6 +43,8 @@ def test_trainer_log_level_reaches_vllm_and_ray_in_the_workers():
     # torch's C++ warnings (vLLM CPU's NUMA-binding notice) below ERROR.
     assert "RAY_BACKEND_LOG_LEVEL" not in log_level_env("WARNING")
     assert log_level_env("WARNING")["TORCH_CPP_LOG_LEVEL"] == "ERROR"
+    assert log_level_env("WARNING")["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in log_level_env("INFO")
     assert load_config(["trainer.log_level=INFO"], check_paths=False).trainer.log_level == "INFO"
     with pytest.raises(ConfigError, match="trainer.log_level='LOUD' must be one of"):
         load_config(["trainer.log_level=LOUD"], check_paths=False)
