@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from verl_like.utils.tracking import read_metrics
+from verl_like.utils.tracking import MEMORY_METRICS, read_metrics
 
 # (title, metric keys) per chart; a chart whose keys are all absent is left out.
 CHARTS: list[tuple[str, list[str]]] = [
@@ -26,7 +26,7 @@ CHARTS: list[tuple[str, list[str]]] = [
     ("Throughput (tokens/s)", ["perf/throughput", "perf/rollout_tokens_per_s"]),
     ("Phase times (s)", ["timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values", "timing_s/update_critic", "timing_s/update_actor", "timing_s/sync_weights"]),
     ("Grad norm", ["actor/grad_norm", "critic/grad_norm"]),
-    ("Memory of an actor worker (GiB)", ["perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb"]),
+    ("Memory of an actor worker (GiB)", [f"perf/{name}" for name in MEMORY_METRICS]),
 ]
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 _W, _H, _PAD = 560, 260, 48

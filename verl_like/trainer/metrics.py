@@ -13,6 +13,7 @@ import torch
 from verl_like.protocol import DataProto
 from verl_like.shapes.decoder import DecoderShape
 from verl_like.utils.flops import mfu, training_flops
+from verl_like.utils.tracking import MEMORY_METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def mfu_metrics(
 def _largest_over_workers(key: str) -> bool:
     """Memory metrics (perf/max_memory_allocated_gb, perf/critic/cpu_memory_used_gb, ...) report the worker that
     needed the most, not the mean, since the largest is what has to fit."""
-    return key.startswith("perf/") and "memory" in key
+    return key.startswith("perf/") and key.rpartition("/")[2] in MEMORY_METRICS
 
 
 def mean_metrics(result: Any) -> dict[str, float]:

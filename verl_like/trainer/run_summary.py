@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verl_like.utils.tracking import MEMORY_METRICS
+
 VAL_KEY = "val/score/mean"
 # The actor's workers' memory per step (utils/device.peak_memory_metrics), in the summary's order
-MEMORY_KEYS = ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb")
+MEMORY_KEYS = tuple(f"perf/{name}" for name in MEMORY_METRICS)
 
 
 @dataclass

@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from verl_like.utils.tracking import MEMORY_METRICS
+
 
 def is_cuda_available() -> bool:
     """True when CUDA is usable in this process (set VERL_LIKE_FORCE_CPU=1 to ignore GPUs)."""
@@ -87,15 +89,16 @@ def peak_memory_metrics(prefix: str = "perf") -> dict[str, float]:
     process such as a vLLM server) is not in them; nvidia-smi shows the device's total. On any device
     `{prefix}/cpu_memory_used_gb`: the process's resident host memory now (Linux; left out elsewhere).
     """
+    allocated, reserved, host = (f"{prefix}/{name}" for name in MEMORY_METRICS)
     metrics: dict[str, float] = {}
     if is_cuda_available():
-        metrics[f"{prefix}/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / _GIB
-        metrics[f"{prefix}/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / _GIB
+        metrics[allocated] = torch.cuda.max_memory_allocated() / _GIB
+        metrics[reserved] = torch.cuda.max_memory_reserved() / _GIB
         torch.cuda.reset_peak_memory_stats()
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
             resident_pages = int(statm.read().split()[1])
-        metrics[f"{prefix}/cpu_memory_used_gb"] = resident_pages * os.sysconf("SC_PAGE_SIZE") / _GIB
+        metrics[host] = resident_pages * os.sysconf("SC_PAGE_SIZE") / _GIB
     except (OSError, ValueError, IndexError):
         pass
     return metrics

@@ -13,7 +13,9 @@ from verl_like.config.names import LOGGER_BACKENDS
 
 logger = logging.getLogger(__name__)
 
-
+# A worker's memory per step, the names after its prefix ("perf", "perf/critic"): utils/device.peak_memory_metrics
+# writes them; the run summary, the report and the max-over-workers reduction read them.
+MEMORY_METRICS = ("max_memory_allocated_gb", "max_memory_reserved_gb", "cpu_memory_used_gb")
 
 class _Sink(Protocol):
     def log(self, metrics: dict[str, float], step: int) -> None: ...

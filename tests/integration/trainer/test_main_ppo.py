@@ -222,6 +222,9 @@ def test_default_job_shortened_raises_the_held_out_reward(cache_dir, tmp_path):
     host = [r["perf/cpu_memory_used_gb"] for r in trained]
     assert all(0.1 < gib < 24 for gib in host) and not any("perf/max_memory_allocated_gb" in r for r in trained), host
     assert f"peak memory of an actor worker: host {max(host):.1f} GiB resident" in summary
+    # Nothing of the workers' comes after the summary (their weight-loading bars used to, flushed at their exit;
+    # vLLM's warning about $VLLM_DIST_IDENT left behind by an in-process engine of an earlier test did too).
+    assert "WorkerHost" not in summary, summary
     # vLLM's, torch's and Ray's start-up notices stay below the default trainer.log_level (issue #31).
     for notice in ("LD_PRELOAD", "Triton", "NUMA binding", "FutureWarning", "Token authentication",
                    "Set ray log level", "global random seed"):
