@@ -54,6 +54,7 @@
 #   bash bench/gpu_suite.sh ratios_skip_15b  # defaults (zero-advantage rows skipped), then the same at 1.5B
 #   bash bench/gpu_suite.sh ratios_7b_async1  # one H200: our 7B at staleness 1 (bf16 weights), then TRL 7B
 #   bash bench/gpu_suite.sh ratios_trl_liger  # TRL 0.5B/1.5B with Liger's layer kernels, our 0.5B sync
+#   bash bench/gpu_suite.sh budget_async_15b  # our 1.5B staleness 1 in bf16: token budget sized vs 32,768 (goal 3)
 #   bash bench/gpu_suite.sh launch5_stacks  # issue #30 goal 4: colocated launches, cold then warm, whose Ray workers
 #                                           # print their stacks every 2 s (the silent stretch after graph capture)
 #   bash bench/gpu_suite.sh overlap_probe  # issue #30: vLLM's decode and the FSDP2 update in one process on two CUDA
@@ -343,7 +344,7 @@ overlap_probe)  # issue #30 staleness 1: what one process overlapping generation
     run "overlap_probe_$shape" 280 0 python bench/inproc_overlap.py --model "qwen2.5-$shape" --workdir "$WORK"
   done
   ;;
-ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|ratios_7b_skip|ratios_skip_05b|ratios_skip_15b|ratios_7b_async1|ratios_trl_liger)
+ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|ratios_7b_skip|ratios_skip_05b|ratios_skip_15b|ratios_7b_async1|ratios_trl_liger|budget_async_15b)
   # a: TRL 0.5B in its variants (fp32 master with its IS correction = its default; fp32 and bf16 weights without
   #    it = no old-log-prob forward), then our synchronous 0.5B step on the defaults
   # b: our staleness-1 0.5B step (server on the trainer's GPU), TRL 1.5B (fp32 master, no IS correction), our 1.5B
@@ -434,6 +435,13 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|rati
     trl_run trl_1.5b_bf16_liger qwen2.5-1.5b 180 --no-is-correction --model-dtype bfloat16 --liger
     run step_0.5b_sync 120 0 "${OURS[@]}" --model qwen2.5-0.5b
     ;;
+  budget_async_15b)  # goal 3 at staleness 1: our 1.5B in bf16 weights (TRL's precision) on the defaults, then with
+    # the update's token budget at 32,768 instead of the one sized from free memory (step time against peak memory)
+    BF16=(--override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16)
+    run step_1.5b_async1_bf16 200 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}" "${BF16[@]}"
+    run step_1.5b_async1_bf16_32k 200 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}" "${BF16[@]}" \
+      --max-tokens-per-gpu 32768
+    ;;
   ratios_7b_async1)  # one H200 (needs_h200): goal 1's 7B row at staleness 1, the server on the trainer's GPU beside
     # bf16 weights and AdamW state (~61 GB + the server's 30 %: no room on an 80 GiB H100), then TRL 7B without sleep
     run step_7b_async1_bf16 330 0 "${OURS[@]}" --model qwen2.5-7b \
@@ -460,7 +468,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|rati
   esac
   ;;
 *)
-  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|ratios_7b_trl_sleep|ratios_7b_skip|ratios_skip_05b|ratios_skip_15b|ratios_7b_async1|ratios_trl_liger|launch3|launch3_server|launch4|launch5_stacks|overlap_probe" >&2
+  echo "usage: [SUITE_BUDGET_S=S] bash bench/gpu_suite.sh micro|tests|steps|steps_tp2|rerun|kernels|one_gpu|two_gpu|async_1gpu|megatron_1gpu|server_1gpu|logprobs_1gpu|async_partial_1gpu|fused_layers_1gpu|trl_1gpu|startup_1gpu|bytecode|launch_1gpu|lora_1gpu|server_lora_1gpu|decode_knobs_1gpu|qwen25vl_1gpu|defaults_1gpu|ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_ours|ratios2_a|ratios2_b|ratios2_c|ratios3_a|ratios3_b|ratios_7b_ours_bf16|ratios_7b_trl_sleep|ratios_7b_skip|ratios_skip_05b|ratios_skip_15b|ratios_7b_async1|ratios_trl_liger|budget_async_15b|launch3|launch3_server|launch4|launch5_stacks|overlap_probe" >&2
   exit 2
   ;;
 esac
