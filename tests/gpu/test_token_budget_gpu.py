@@ -4,7 +4,7 @@ allocate less than the free memory they were sized from (torch.cuda.max_memory_a
 
 A small random Qwen2 shape with Qwen's vocabulary (the logits dominate, as in the 0.5B run); a ballast tensor
 leaves about FREE_GIB free (5 GiB with the chunked LM head), so the budget falls inside the clamps rather than at
-131,072 and below the activation share's cap.
+131,072 (on an 80 GiB card the activation share's cap, 8 GiB, may decide instead of free memory at 12 GiB).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def test_the_activation_share_caps_the_budget_when_much_more_is_free():
     # when little is free, free memory decides, the cap changes nothing
     assert budgets_for(["update"], QWEN_15B, chunked, STATE, 12 * GIB, 640, device_bytes=h100) == \
         budgets_for(["update"], QWEN_15B, chunked, STATE, 12 * GIB, 640)
-    assert size_budget(10 * GIB, 0, 100_000, 1, safety=1.0, device_bytes=20 * GIB) == 41984  # 4 GiB / 100 kB
+    assert size_budget(10 * GIB, 0, 100_000, 1, safety=1.0, device_bytes=20 * GIB) == 20480  # 2 GiB / 100 kB
 
 
 def test_log_prob_passes_get_a_larger_budget_than_the_update():
