@@ -446,16 +446,16 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|rati
     # bf16 weights and AdamW state (~61 GB + the server's 30 %: no room on an 80 GiB H100), then TRL 7B without sleep
     run step_7b_async1_bf16 330 0 "${OURS[@]}" --model qwen2.5-7b \
       --override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16 "${ASYNC[@]}"
-    trl_run trl_7b_bf16 qwen2.5-7b 230 --no-is-correction --model-dtype bfloat16
+    trl_run trl_7b_bf16_liger qwen2.5-7b 230 --no-is-correction --model-dtype bfloat16 --liger
     ;;
-  ratios_skip_05b)  # one call: TRL 0.5B at its fastest, then our 0.5B synchronous and staleness-1 steps on the
-    # defaults (rows whose advantage is 0 everywhere skip the update)
-    trl_run trl_0.5b_bf16 qwen2.5-0.5b 160 --no-is-correction --model-dtype bfloat16
+  ratios_skip_05b)  # one call: TRL 0.5B at its fastest (bf16 weights, Liger's kernels: the 2026-12-08 hold), then
+    # our 0.5B synchronous and staleness-1 steps on the defaults (rows whose advantage is 0 everywhere skip the update)
+    trl_run trl_0.5b_bf16_liger qwen2.5-0.5b 160 --no-is-correction --model-dtype bfloat16 --liger
     run step_0.5b_sync 120 0 "${OURS[@]}" --model qwen2.5-0.5b
     run step_0.5b_async1 150 0 "${OURS[@]}" --model qwen2.5-0.5b "${ASYNC[@]}" "${RESCORE[@]}"
     ;;
   ratios_skip_15b)  # the same at 1.5B, the next call of the hold: TRL 1.5B, our sync and staleness-1 steps
-    trl_run trl_1.5b_bf16 qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16
+    trl_run trl_1.5b_bf16_liger qwen2.5-1.5b 200 --no-is-correction --model-dtype bfloat16 --liger
     run step_1.5b_sync 150 0 "${OURS[@]}" --model qwen2.5-1.5b
     run step_1.5b_async1 200 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}"
     ;;
